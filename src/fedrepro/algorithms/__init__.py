@@ -1,0 +1,1 @@
+"""fedrepro.algorithms"""
