@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from fedrepro.io import InputError, atomic_path, write_json_atomic
+from fedrepro.io import InputError, atomic_dir, write_json_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,23 +75,21 @@ def download_backbone(hub_id: str, revision: str, dest: str | os.PathLike) -> Pa
     """
     from huggingface_hub import snapshot_download
 
-    dest = Path(dest)
-    tmp = dest.with_name(f".{dest.name}.partial")
     try:
-        snapshot_download(
-            repo_id=hub_id,
-            revision=revision,
-            local_dir=tmp,
-            allow_patterns=["*.json", "*.txt", "*.model", "*.safetensors", "merges.txt"],
-        )
+        with atomic_dir(dest) as tmp:
+            snapshot_download(
+                repo_id=hub_id,
+                revision=revision,
+                local_dir=tmp,
+                allow_patterns=["*.json", "*.txt", "*.model", "*.safetensors"],
+            )
     except Exception as exc:  # noqa: BLE001 - re-raised with the user-facing explanation
         raise RuntimeError(
             f"could not download backbone {hub_id}@{revision} from the Hugging Face hub "
             f"({type(exc).__name__}: {exc}). Offline? Download it elsewhere and set the config key "
             f"backbones.<name>.local_dir to the folder holding config.json and the tokenizer."
         ) from exc
-    os.replace(tmp, dest)
-    return dest
+    return Path(dest)
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike):
@@ -128,22 +126,25 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os.Pat
 
 def build_tiny_backbone(
     spec: BackboneSpec,
-    texts: Iterable[str],
+    texts: Sequence[str],
     out_dir: str | os.PathLike,
     tiny: dict,
     seed: int = 0,
+    warmup_texts: Sequence[str] | None = None,
 ) -> Path:
     """Write a demo-scale backbone folder: locally trained tokenizer + tiny model of ``spec``'s class.
 
     ``tiny`` holds the config overrides (d_model, layers, heads, ffn dim, vocab size, max
-    positions).  The folder is assembled in a temporary sibling and renamed into place.
+    positions) and the denoising warm-up (``warmup_steps``, ``warmup_lr``, ``warmup_batch_size``;
+    see :mod:`fedrepro.models.pretrain`).  The folder is assembled in a temporary sibling and
+    renamed into place.
     """
     import torch
 
+    from fedrepro.models.pretrain import denoising_warmup
+
     out_dir = Path(out_dir)
-    with atomic_path(out_dir, suffix=".d") as tmp:
-        tmp.unlink()
-        tmp.mkdir()
+    with atomic_dir(out_dir) as tmp:
         tokenizer = train_tokenizer(texts, int(tiny["vocab_size"]), tmp)
         cls = model_class(spec.model_class)
         config = cls.config_class(
@@ -155,21 +156,37 @@ def build_tiny_backbone(
             decoder_attention_heads=int(tiny["heads"]),
             encoder_ffn_dim=int(tiny["ffn_dim"]),
             decoder_ffn_dim=int(tiny["ffn_dim"]),
+            dropout=0.0,
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
             decoder_start_token_id=tokenizer.eos_token_id,
             forced_eos_token_id=tokenizer.eos_token_id,
-            **_position_kwargs(spec.model_class, int(tiny["max_source_length"]), int(tiny["max_target_length"]), tiny),
+            **_position_kwargs(spec.model_class, tiny),
         )
         torch.manual_seed(seed)
         model = cls(config)
+        losses = denoising_warmup(
+            model,
+            tokenizer,
+            texts if warmup_texts is None else warmup_texts,
+            steps=int(tiny.get("warmup_steps", 0)),
+            batch_size=int(tiny.get("warmup_batch_size", 8)),
+            lr=float(tiny.get("warmup_lr", 1e-3)),
+            max_length=int(tiny["max_source_length"]),
+            seed=seed,
+        )
         model.save_pretrained(tmp)
-        write_json_atomic(tmp / "fedrepro_backbone.json", {"name": spec.name, "scale": "tiny", **tiny})
+        write_json_atomic(
+            tmp / "fedrepro_backbone.json",
+            {"name": spec.name, "scale": "tiny", "tiny": tiny, "seed": seed,
+             "warmup_loss_first": losses[:1], "warmup_loss_last": losses[-1:]},
+        )
     return out_dir
 
 
-def _position_kwargs(class_name: str, max_source: int, max_target: int, tiny: dict) -> dict:
+def _position_kwargs(class_name: str, tiny: dict) -> dict:
+    max_source, max_target = int(tiny["max_source_length"]), int(tiny["max_target_length"])
     if class_name.startswith("LED"):
         window = int(tiny.get("attention_window", 32))
         return {
@@ -197,3 +214,43 @@ def load_backbone(path: str | os.PathLike):
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = model_class(arch).from_pretrained(path)
     return tokenizer, model
+
+
+def prepare_backbone(
+    settings: dict,
+    texts: Sequence[str],
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+    warmup_texts: Sequence[str] | None = None,
+) -> Path:
+    """Make ``out_dir`` a loadable backbone folder, per ``settings`` (see workflow.backbone_settings).
+
+    ``kind: tiny`` builds the demo model; ``kind: hub`` links a user's local copy
+    (``local_dir``) or downloads ``hub_id`` at ``revision``.
+    """
+    spec = get_spec(settings["name"])
+    if settings["kind"] == "tiny":
+        return build_tiny_backbone(spec, texts, out_dir, settings["tiny"], seed, warmup_texts)
+    if settings.get("local_dir"):
+        src = Path(settings["local_dir"]).resolve()
+        if not (src / "config.json").exists():
+            raise InputError(
+                f"backbones.{settings['name']}.local_dir = {src} holds no config.json; point it at a "
+                f"folder saved with save_pretrained (model + tokenizer)"
+            )
+        with atomic_dir(out_dir) as tmp:
+            for f in src.iterdir():
+                (tmp / f.name).symlink_to(f)
+        return Path(out_dir)
+    return download_backbone(settings["hub_id"], settings["revision"], out_dir)
+
+
+def prepare_backbone_from_files(settings: dict, train_files: Sequence[str], out_dir: str) -> Path:
+    """Workflow entry: a tiny backbone learns its tokenizer from the training inputs *and* targets
+    (vocabulary only) and is warmed up on the training *inputs* only (never on summaries)."""
+    from fedrepro.io import read_jsonl
+
+    records = [r for f in train_files for r in read_jsonl(f)]
+    tokenizer_texts = [r["input"] for r in records] + [r["target"] for r in records]
+    warmup_texts = [r["input"] for r in records]
+    return prepare_backbone(settings, tokenizer_texts, out_dir, warmup_texts=warmup_texts)

@@ -175,6 +175,15 @@ class AdapterSummarizer(nn.Module):
         return self.backbone.generate(**kwargs, **gen)
 
 
+def initial_adapter_state(
+    d_model: int, bottleneck: int, adapter_top_k: int, seed: int
+) -> OrderedDict[str, torch.Tensor]:
+    """The server's initial adapter tensors W^1 (Algorithm 1, line 2), a function of the seed."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return AdapterStack(d_model, bottleneck, adapter_top_k).shared_state()
+
+
 def build_summarizer(
     backbone_dir: str,
     adapter_top_k: int,
@@ -182,17 +191,12 @@ def build_summarizer(
     roles: tuple[str, ...],
     adapter_init_seed: int,
 ):
-    """Load a backbone folder and wrap it; adapters are initialised from ``adapter_init_seed``.
-
-    All roles start from the same initial adapter tensors (the server's ``W^1`` of Algorithm 1).
-    """
+    """Load a backbone folder and wrap it; every role starts from :func:`initial_adapter_state`."""
     from fedrepro.models.backbones import load_backbone
 
     tokenizer, backbone = load_backbone(backbone_dir)
-    with torch.random.fork_rng():
-        torch.manual_seed(adapter_init_seed)
-        model = AdapterSummarizer(backbone, adapter_top_k, bottleneck, roles)
-        init = model.adapter_state(roles[0])
-        for role in roles[1:]:
-            model.load_adapter_state(role, init)
+    model = AdapterSummarizer(backbone, adapter_top_k, bottleneck, roles)
+    init = initial_adapter_state(backbone.config.d_model, bottleneck, adapter_top_k, adapter_init_seed)
+    for role in roles:
+        model.load_adapter_state(role, init)
     return tokenizer, model

@@ -1,0 +1,25 @@
+# fedrepro — end-to-end reproductions of federated-learning-for-text papers.
+#   snakemake --cores all                                  demo scale (CPU, minutes)
+#   snakemake --cores all adafedseleckd_table3             one table
+#   snakemake --configfile config/paper.yaml --profile profiles/slurm   paper scale
+from snakemake.utils import min_version
+
+min_version("9.19")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/models.smk"
+include: "rules/train.smk"
+include: "rules/evaluate.smk"
+include: "rules/tables.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        ADAFEDSELECKD_TABLES,
+        "results/data/qmsum/table2_stats.csv",

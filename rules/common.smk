@@ -1,0 +1,61 @@
+# Grid helpers and wildcard constraints. Logic lives in fedrepro.workflow (plain Python over the
+# config lists, so a dry run of the full paper grid stays fast).
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from fedrepro.config import validate_config
+from fedrepro import workflow as wf
+
+validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
+
+ADA = config["adafedseleckd"]
+QMSUM_DOMAINS = ["Academic", "Committee", "Product"]
+SPLITS = ["train", "val", "test"]
+TABLES = [t for t, b in wf.TABLE_BACKBONES.items() if b in ADA["backbones"]]
+ADAFEDSELECKD_TABLES = expand(
+    "results/tables/adafedseleckd_{table}.{ext}", table=TABLES, ext=["csv", "md", "tex"]
+)
+
+
+wildcard_constraints:
+    backbone="|".join(ADA["backbones"]),
+    method="|".join(ADA["methods"]),
+    partition=ADA["partition"],
+    client="|".join(QMSUM_DOMAINS),
+    scope="|".join(["all"] + QMSUM_DOMAINS),
+    seed=r"\d+",
+    split="|".join(SPLITS),
+    table="|".join(wf.TABLE_BACKBONES),
+
+
+def cell_params(wildcards):
+    return wf.make_cell(
+        config,
+        wildcards.partition,
+        wildcards.backbone,
+        wildcards.method,
+        wildcards.scope,
+        wildcards.seed,
+    )
+
+
+def cell_partition_inputs(wildcards):
+    cell = cell_params(wildcards)
+    return [
+        f"{folder}/{split}.jsonl"
+        for folder in cell["client_data"].values()
+        for split in SPLITS
+    ]
+
+
+def backbone_inputs(wildcards):
+    """A tiny backbone is trained on the demo's training text; a hub backbone needs no input."""
+    if wf.backbone_settings(config, wildcards.backbone)["kind"] == "tiny":
+        return expand("results/data/qmsum/{client}/train.jsonl", client=QMSUM_DOMAINS)
+    return []
+
+
+def table_scores(wildcards):
+    return [f"{cell}/scores.json" for cell in wf.table_cells(config, wildcards.table)]

@@ -1,0 +1,57 @@
+rule download_qmsum:
+    output:
+        directory("resources/downloads/qmsum"),
+    params:
+        commit=config["data"]["qmsum"].get("commit"),
+        timeout=config["data"]["qmsum"].get("download_timeout_s", 10),
+    retries: 2
+    log:
+        "logs/download_qmsum/download.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/download_qmsum.py"
+
+
+rule prepare_qmsum:
+    input:
+        raw=wf.qmsum_raw_dir(config),
+    output:
+        expand(
+            "results/data/qmsum/{client}/{split}.jsonl", client=QMSUM_DOMAINS, split=SPLITS
+        ),
+    params:
+        out_dir="results/data/qmsum",
+    log:
+        "logs/prepare_qmsum/prepare.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/prepare_qmsum.py"
+
+
+rule dataset_stats:
+    input:
+        raw=wf.qmsum_raw_dir(config),
+    output:
+        csv="results/data/qmsum/table2_stats.csv",
+        md="results/data/qmsum/table2_stats.md",
+    log:
+        "logs/dataset_stats/qmsum.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/dataset_stats.py"
+
+
+rule partition_adafedseleckd:
+    input:
+        "results/data/qmsum/{client}/{split}.jsonl",
+    output:
+        "results/partitions/adafedseleckd/{partition}/{client}/{split}.jsonl",
+    log:
+        "logs/partition_adafedseleckd/{partition}/{client}/{split}.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/partition_adafedseleckd.py"

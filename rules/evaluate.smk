@@ -1,0 +1,22 @@
+rule evaluate_cell:
+    input:
+        adapters="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/adapters.safetensors",
+        backbone="results/backbones/{backbone}",
+        data=cell_partition_inputs,
+    output:
+        predictions="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/predictions.jsonl",
+        scores="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/scores.json",
+    params:
+        cell=cell_params,
+    threads: ADA["threads_per_cell"]
+    resources:
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/evaluate_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.log",
+    benchmark:
+        "benchmarks/evaluate_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.tsv"
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow_scripts/evaluate_cell.py"

@@ -1,0 +1,44 @@
+"""Config validation with messages that name the config key and say what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from fedrepro.io import InputError
+
+
+def validate_config(config: dict, schema_path: str | Path, source: str = "the config") -> None:
+    """Validate ``config`` against the JSON schema; raise :class:`InputError` listing every problem.
+
+    Each message names the dotted config key, e.g.
+    ``adafedseleckd.train.lr: 'fast' is not of type 'number'``.
+    """
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        problems.append(f"  config key {key}: {err.message}")
+    semantic = _semantic_checks(config)
+    problems.extend(f"  {p}" for p in semantic)
+    if problems:
+        raise InputError(
+            f"invalid configuration in {source} (schema {schema_path}):\n" + "\n".join(problems)
+        )
+
+
+def _semantic_checks(config: dict) -> list[str]:
+    out = []
+    a = config.get("adafedseleckd") or {}
+    q = ((config.get("data") or {}).get("qmsum")) or {}
+    if q.get("source") == "local" and not q.get("local_dir"):
+        out.append("config key data.qmsum.local_dir: required when data.qmsum.source is 'local'")
+    for name in a.get("backbones", []) if isinstance(a.get("backbones"), list) else []:
+        bb = (config.get("backbones") or {}).get(name) or {}
+        if bb.get("kind") == "tiny" and "tiny" not in bb:
+            out.append(f"config key backbones.{name}.tiny: required when kind is 'tiny'")
+    return out

@@ -1,0 +1,46 @@
+"""Flower ServerApp for one federated cell: Algorithm 1's server procedure (lines 1–10)."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedrepro.fl.strategy import SortedCheckpointFedAvg
+
+
+def make_server_app(cell: dict, initial_state: OrderedDict[str, torch.Tensor], round_offset: int) -> ServerApp:
+    """A ServerApp that runs rounds ``round_offset+1 … rounds`` starting from ``initial_state``.
+
+    All clients take part in every round (participation 100%, §IV-D); ``clients_per_round`` in
+    the cell config lowers it (the paper's client-sampling setting, Fig. 10).
+    """
+    app = ServerApp()
+    n_clients = len(cell["clients"])
+    per_round = int(cell.get("clients_per_round") or n_clients)
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = SortedCheckpointFedAvg(
+            out_dir=cell["out_dir"],
+            round_offset=round_offset,
+            expected_clients=per_round,
+            fraction_train=per_round / n_clients,
+            fraction_evaluate=0.0,
+            min_train_nodes=per_round,
+            min_evaluate_nodes=0,
+            min_available_nodes=n_clients,
+            weighted_by_key="num-examples",
+        )
+        strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(initial_state),
+            num_rounds=int(cell["train"]["rounds"]) - round_offset,
+            timeout=float(cell.get("round_timeout_s", 3600)),
+            train_config=ConfigRecord({"cell": json.dumps(cell), "round-offset": round_offset}),
+        )
+
+    return app

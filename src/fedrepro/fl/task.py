@@ -1,0 +1,151 @@
+"""Client-side work shared by the Flower ClientApp and the non-federated runner.
+
+A *cell* (one training run) is described by a plain JSON-able dict, built by the workflow from
+the config and the wildcards (see :func:`fedrepro.fl.cell.make_cell`).  Everything a client does
+reads only that client's own partition folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from fedrepro.algorithms.adafedseleckd import (
+    TrainHParams,
+    get_method,
+    local_update,
+    make_optimizer,
+)
+from fedrepro.data.seq2seq import derive_seed, tokenize_records
+from fedrepro.io import InputError, atomic_path, read_jsonl
+
+
+def configure_torch(threads: int) -> None:
+    """Fix the intra-op thread count: same count, same reduction order, same bits."""
+    torch.set_num_threads(max(1, int(threads)))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_model(backbone_dir: str, top_k: int, bottleneck: int, roles: tuple[str, ...], seed: int):
+    from fedrepro.models.summarizer import build_summarizer
+
+    return build_summarizer(backbone_dir, top_k, bottleneck, roles, seed)
+
+
+def get_model(cell: dict):
+    """(tokenizer, AdapterSummarizer) for a cell; cached per process (Ray actors reuse it)."""
+    spec = get_method(cell["method"])
+    return _cached_model(
+        str(cell["backbone_dir"]),
+        int(cell["adapter_top_k"]),
+        int(cell["bottleneck"]),
+        spec.roles,
+        int(cell["seed"]),
+    )
+
+
+def client_split_path(cell: dict, client: str, split: str) -> Path:
+    try:
+        folder = Path(cell["client_data"][client])
+    except KeyError:
+        raise InputError(f"cell has no data folder for client {client!r}") from None
+    return folder / f"{split}.jsonl"
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_examples(path: str, tokenizer_dir: str, max_source: int, max_target: int) -> tuple:
+    tokenizer, _ = _tokenizer_only(tokenizer_dir)
+    records = read_jsonl(path)
+    if not records:
+        raise InputError(f"{path}: no records; the client's partition is empty")
+    return tuple(tokenize_records(records, tokenizer, max_source, max_target))
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer_only(backbone_dir: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(backbone_dir), None
+
+
+def client_examples(cell: dict, client: str, split: str) -> tuple:
+    """Tokenised examples of one client's split (read from that client's folder only)."""
+    return _cached_examples(
+        str(client_split_path(cell, client, split)),
+        str(cell["backbone_dir"]),
+        int(cell["max_source_length"]),
+        int(cell["max_target_length"]),
+    )
+
+
+def special_ids(model) -> tuple[int, int]:
+    cfg = model.backbone.config
+    return int(cfg.pad_token_id), int(cfg.decoder_start_token_id)
+
+
+# -- adapter state files ------------------------------------------------------------------
+def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor], meta: dict | None = None) -> None:
+    """Atomic safetensors write (deterministic bytes for the same tensors)."""
+    with atomic_path(path, suffix=".safetensors") as tmp:
+        save_file(
+            {k: v.contiguous() for k, v in state.items()},
+            str(tmp),
+            metadata={k: json.dumps(v) for k, v in (meta or {}).items()},
+        )
+
+
+def load_state(path: str | os.PathLike) -> OrderedDict[str, torch.Tensor]:
+    if not Path(path).exists():
+        raise InputError(f"{path}: adapter state not found")
+    return OrderedDict(sorted(load_file(str(path)).items()))
+
+
+def client_state_path(cell: dict, client: str, round_index: int) -> Path:
+    return Path(cell["out_dir"]) / "clients" / client / f"local_round_{round_index:03d}.safetensors"
+
+
+def client_train_round(
+    cell: dict, client: str, round_index: int, server_state: dict[str, torch.Tensor]
+) -> tuple[OrderedDict[str, torch.Tensor], dict]:
+    """One federated round on one client (Algorithm 1, lines 4–5 and 11–27).
+
+    The server's tensors go into the method's ``server_role`` adapter; for the KD methods the
+    local adapter continues from this client's own state of the previous round (initialised from
+    the server's W^1 in round 1).  Returns the local adapter tensors to send and the metrics.
+    """
+    configure_torch(cell["threads"])
+    spec = get_method(cell["method"])
+    tokenizer, model = get_model(cell)
+    if spec.server_role == "global":
+        model.load_adapter_state("global", server_state)
+        if round_index == 1:
+            model.load_adapter_state("local", server_state)
+        else:
+            prev = client_state_path(cell, client, round_index - 1)
+            if not prev.exists():
+                raise InputError(
+                    f"{prev}: client {client}'s local adapter of round {round_index - 1} is missing; "
+                    f"delete {Path(cell['out_dir']) / 'checkpoints'} to restart this cell"
+                )
+            model.load_adapter_state("local", load_state(prev))
+    else:
+        model.load_adapter_state("local", server_state)
+    hp = TrainHParams.from_config(cell["train"])
+    examples = client_examples(cell, client, "train")
+    torch.manual_seed(derive_seed(cell["seed"], client, round_index, "torch"))
+    optimizer = make_optimizer(model, hp)
+    pad_id, start_id = special_ids(model)
+    stats = local_update(
+        model, spec, examples, hp, optimizer, int(cell["seed"]), client, round_index, pad_id, start_id
+    )
+    state = model.adapter_state("local")
+    save_state(client_state_path(cell, client, round_index), state)
+    stats["num_examples"] = len(examples)
+    return state, stats

@@ -1,0 +1,147 @@
+"""Grid expansion and cell construction for the Snakemake workflow (plain Python over config).
+
+Kept free of file inspection so that ``snakemake -n`` over the full paper grid takes seconds.
+"""
+
+from __future__ import annotations
+
+from fedrepro.algorithms.adafedseleckd import get_method
+from fedrepro.io import InputError
+from fedrepro.models.backbones import get_spec
+
+RESULTS = "results"
+TABLE_BACKBONES = {"table3": "bart-large", "table4": "bart-base", "table6": "led-large"}
+TABLE_NAMES = {"table3": "Table III", "table4": "Table IV", "table6": "Table VI"}
+
+
+def _section(config: dict, key: str) -> dict:
+    try:
+        return config[key]
+    except KeyError:
+        raise InputError(f"config has no '{key}' section") from None
+
+
+# -- backbones ----------------------------------------------------------------------------
+def backbone_settings(config: dict, name: str) -> dict:
+    """Registry defaults (paper values) overridden by ``config['backbones'][name]``."""
+    spec = get_spec(name)
+    user = (config.get("backbones") or {}).get(name) or {}
+    merged = {
+        "name": name,
+        "kind": "hub",
+        "hub_id": spec.hub_id,
+        "revision": "main",
+        "local_dir": None,
+        "model_class": spec.model_class,
+        "adapter_top_k": spec.adapter_top_k,
+        "bottleneck": spec.bottleneck,
+        "max_source_length": spec.max_source_length,
+    }
+    merged.update(user)
+    if merged["kind"] not in ("hub", "tiny"):
+        raise InputError(f"config key backbones.{name}.kind must be 'hub' or 'tiny', got {merged['kind']!r}")
+    if merged["kind"] == "tiny" and not merged.get("tiny"):
+        raise InputError(f"config key backbones.{name}.tiny is required when kind is 'tiny'")
+    return merged
+
+
+def backbone_dir(name: str) -> str:
+    return f"{RESULTS}/backbones/{name}"
+
+
+# -- data ---------------------------------------------------------------------------------
+def qmsum_raw_dir(config: dict) -> str:
+    """Where the raw QMSum jsonl files come from: the samples, a local copy or the download."""
+    q = _section(_section(config, "data"), "qmsum")
+    source = q.get("source", "samples")
+    if source == "samples":
+        return q["samples_dir"]
+    if source == "local":
+        if not q.get("local_dir"):
+            raise InputError("data.qmsum.source is 'local' but data.qmsum.local_dir is not set")
+        return q["local_dir"]
+    if source == "download":
+        return "resources/downloads/qmsum"
+    raise InputError(f"data.qmsum.source must be samples, local or download; got {source!r}")
+
+
+def partition_dir(partition: str, client: str) -> str:
+    return f"{RESULTS}/partitions/adafedseleckd/{partition}/{client}"
+
+
+# -- the AdaFedSelecKD grid -----------------------------------------------------------------
+def ada_cfg(config: dict) -> dict:
+    return _section(config, "adafedseleckd")
+
+
+def scopes(config: dict, method: str) -> list[str]:
+    """AdaSingle trains one cell per client; every other method one cell over all clients."""
+    if get_method(method).setting == "single":
+        return list(ada_cfg(config)["clients"])
+    return ["all"]
+
+
+def cell_dir(partition: str, backbone: str, method: str, scope: str, seed: int | str) -> str:
+    return f"{RESULTS}/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}"
+
+
+def cells(config: dict, backbones: list[str] | None = None) -> list[str]:
+    a = ada_cfg(config)
+    out = []
+    for backbone in backbones or a["backbones"]:
+        for method in a["methods"]:
+            for scope in scopes(config, method):
+                for seed in config["seeds"]:
+                    out.append(cell_dir(a["partition"], backbone, method, scope, seed))
+    return out
+
+
+def table_cells(config: dict, table: str) -> list[str]:
+    backbone = TABLE_BACKBONES[table]
+    if backbone not in ada_cfg(config)["backbones"]:
+        raise InputError(
+            f"adafedseleckd_{table} needs backbone {backbone!r}; add it to adafedseleckd.backbones"
+        )
+    return cells(config, [backbone])
+
+
+def make_cell(config: dict, partition: str, backbone: str, method: str, scope: str, seed: int | str) -> dict:
+    """The full, JSON-able description of one training cell (what its config hash covers)."""
+    a = ada_cfg(config)
+    spec = get_method(method)
+    bb = backbone_settings(config, backbone)
+    clients = list(a["clients"]) if scope == "all" else [scope]
+    if scope != "all" and scope not in a["clients"]:
+        raise InputError(f"unknown client {scope!r}; adafedseleckd.clients is {a['clients']}")
+    return {
+        "paper": "adafedseleckd",
+        "scale": config["scale"],
+        "backbone": backbone,
+        "backbone_dir": backbone_dir(backbone),
+        "method": method,
+        "setting": spec.setting,
+        "seed": int(seed),
+        "partition": partition,
+        "clients": clients,
+        "eval_clients": clients,
+        "client_data": {c: partition_dir(partition, c) for c in clients},
+        "adapter_top_k": int(bb["adapter_top_k"]),
+        "bottleneck": int(bb["bottleneck"]),
+        "max_source_length": int(min(a["max_source_length"], bb["max_source_length"])),
+        "max_target_length": int(a["max_target_length"]),
+        "train": dict(a["train"]),
+        "generation": dict(a["generation"]),
+        "threads": int(a["threads_per_cell"]),
+        "clients_per_round": a.get("clients_per_round"),
+        "keep_round_checkpoints": bool(a.get("keep_round_checkpoints", False)),
+        "round_timeout_s": float(a.get("round_timeout_s", 3600)),
+        "out_dir": cell_dir(partition, backbone, method, scope, seed),
+    }
+
+
+def table_title(config: dict, table: str) -> str:
+    backbone = TABLE_BACKBONES[table]
+    name = TABLE_NAMES[table]
+    scale = config["scale"]
+    return f"AdaFedSelecKD {name}: main results with the {backbone} backbone ({scale} scale)"
+
