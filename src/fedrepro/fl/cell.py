@@ -196,6 +196,7 @@ def run_federated(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         saved_env = {k: os.environ.get(k) for k in ("FLWR_HOME", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION")}
         os.environ["FLWR_HOME"] = flwr_home
         os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         try:
             run_simulation(
                 server_app=make_server_app(cell, initial, done),

@@ -44,8 +44,9 @@ def round_log(out_dir: str | Path, upto: int) -> list[dict]:
 
 
 def payload_bytes(arrays: ArrayRecord) -> int:
-    """Bytes of tensor data in an ArrayRecord (what crosses the wire, without framing)."""
-    return int(sum(len(a.data) for a in arrays.values()))
+    """Bytes of tensor data in an ArrayRecord (the tensors themselves, without serialisation framing;
+    ``ArrayRecord.count_bytes()`` — recorded beside it — includes Flower's framing)."""
+    return int(sum(a.numpy().nbytes for a in arrays.values()))
 
 
 class SortedCheckpointFedAvg(FedAvg):

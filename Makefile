@@ -1,0 +1,31 @@
+# fedrepro — two commands: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test lint dry-run-paper clean
+
+# The venv is rebuilt only when the pinned requirements or the package metadata change.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first: pinned to the CPU build; an unpinned torch would pull a multi-GB CUDA build
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/snakemake --cores all
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint
+
+dry-run-paper: $(STAMP)
+	$(BIN)/snakemake -n --configfile config/paper.yaml
+
+clean:
+	rm -rf results logs benchmarks .snakemake

@@ -1,0 +1,73 @@
+"""Small fixtures shared by tests: a tiny backbone folder, client partitions and a cell config."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from fedrepro.io import write_jsonl_atomic
+from fedrepro.models.backbones import prepare_backbone
+
+CLIENT_WORDS = {
+    "Academic": ["speech", "recognizer", "phd", "features", "noise", "training", "delay", "frames"],
+    "Committee": ["minister", "council", "budget", "policy", "funding", "schools", "members", "vote"],
+    "Product": ["remote", "button", "design", "battery", "marketing", "case", "screen", "price"],
+}
+
+
+def make_records(client: str, split: str, n: int, seed: int) -> list[dict]:
+    rng = random.Random(f"{client}/{split}/{seed}")
+    words = CLIENT_WORDS[client]
+    out = []
+    for i in range(n):
+        picked = rng.sample(words, 4)
+        src = f"what about {picked[0]} ? #SEP# " + " ".join(
+            f"speaker {rng.randint(1, 3)} : the {w} is {rng.choice(['good', 'bad', 'late'])} ." for w in picked
+        )
+        out.append(
+            {"id": f"{client}-{split}-{i:03d}", "source": "test", "client": client, "split": split,
+             "input": src, "target": f"they discussed the {picked[0]} and the {picked[1]} .", "meta": {}}
+        )
+    return out
+
+
+def make_partitions(root: Path, clients=("Academic", "Committee", "Product"), sizes=(6, 2, 3)) -> dict:
+    folders = {}
+    for c in clients:
+        for split, n in zip(("train", "val", "test"), sizes):
+            write_jsonl_atomic(root / c / f"{split}.jsonl", make_records(c, split, n, 0))
+        folders[c] = str(root / c)
+    return folders
+
+
+def make_backbone(root: Path, name: str = "bart-large", warmup_steps: int = 0) -> str:
+    texts = [r["input"] for c in CLIENT_WORDS for r in make_records(c, "train", 20, 1)]
+    texts += [r["target"] for c in CLIENT_WORDS for r in make_records(c, "train", 20, 1)]
+    settings = {
+        "name": name,
+        "kind": "tiny",
+        "tiny": {"vocab_size": 300, "d_model": 32, "encoder_layers": 1, "decoder_layers": 2,
+                 "heads": 2, "ffn_dim": 64, "max_source_length": 96, "max_target_length": 24,
+                 "attention_window": 16, "warmup_steps": warmup_steps},
+    }
+    out = root / "backbone"
+    prepare_backbone(settings, texts, out)
+    return str(out)
+
+
+def make_cell(tmp: Path, method: str, backbone_dir: str, folders: dict, rounds: int = 2,
+              out_name: str = "cell", clients=None) -> dict:
+    clients = list(clients or folders)
+    return {
+        "paper": "adafedseleckd", "scale": "demo", "backbone": "bart-large",
+        "backbone_dir": backbone_dir, "method": method, "seed": 3, "partition": "domains",
+        "setting": "federated" if method.startswith("AdaFed") else "single",
+        "clients": clients, "eval_clients": clients,
+        "client_data": {c: folders[c] for c in clients},
+        "adapter_top_k": 1, "bottleneck": 16, "max_source_length": 96, "max_target_length": 24,
+        "train": {"rounds": rounds, "local_epochs": 1, "lr": 0.003, "weight_decay": 0.01,
+                  "batch_size": 4, "lam": 0.2, "tau": 5.0},
+        "generation": {"num_beams": 2, "max_new_tokens": 8, "batch_size": 4},
+        "threads": 1, "clients_per_round": None, "keep_round_checkpoints": False,
+        "round_timeout_s": 300, "out_dir": str(tmp / out_name),
+    }

@@ -1,0 +1,166 @@
+"""Federated cells through Flower's simulation engine: wire content, weighting, resume, bits."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+import helpers
+from fedrepro.fl.cell import load_final_adapters, run_cell
+from fedrepro.fl.strategy import SortedCheckpointFedAvg, checkpoint_paths
+from fedrepro.fl.task import get_model, load_state
+
+pytestmark = pytest.mark.slow
+
+
+class _Reply:
+    """Duck-typed reply: the strategy reads only ``content`` and ``has_error()``."""
+
+    def __init__(self, content):
+        self.content = content
+
+    def has_error(self) -> bool:
+        return False
+
+
+def _reply(pid: int, n: int, state: dict) -> _Reply:
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord(OrderedDict(state)),
+            "metrics": MetricRecord(
+                {"num-examples": n, "partition-id": pid, "train-loss": 1.0, "kd-fraction": 0.5, "n-tokens": 10}
+            ),
+        }
+    )
+    return _Reply(content)
+
+
+def test_fedavg_weights_by_client_size_and_ignores_arrival_order(tmp_path):
+    """Eq. 2: W = Σ |D_i|/|D| W_i, bit-identical whatever order the replies arrive in."""
+    rng = np.random.default_rng(0)
+    states = [{"w": torch.tensor(rng.normal(size=(3, 4)), dtype=torch.float32)} for _ in range(3)]
+    sizes = [218, 284, 593]  # QMSum train pairs per domain (Table II)
+    expected = sum(s["w"].double() * n for s, n in zip(states, sizes)) / sum(sizes)
+    results = []
+    for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0]):
+        strat = SortedCheckpointFedAvg(out_dir=tmp_path / str(order), round_offset=0, expected_clients=3)
+        strat._n_sampled = 3
+        arrays, _ = strat.aggregate_train(1, [_reply(i, sizes[i], states[i]) for i in order])
+        results.append(arrays.to_torch_state_dict()["w"])
+    assert torch.allclose(results[0].double(), expected, atol=1e-6)
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    log = json.loads(checkpoint_paths(tmp_path / "[2, 0, 1]", 1)[1].read_text())
+    assert [c["partition_id"] for c in log["clients"]] == [0, 1, 2]
+    assert log["bytes_up"] == 3 * 3 * 4 * 4
+
+
+def test_failed_client_stops_the_round_instead_of_averaging_survivors(tmp_path):
+    strat = SortedCheckpointFedAvg(out_dir=tmp_path, round_offset=0, expected_clients=3)
+    strat._n_sampled = 3
+    replies = [_reply(i, 5, {"w": torch.ones(2)}) for i in range(2)]
+    with pytest.raises(RuntimeError, match="2 of 3 clients replied"):
+        strat.aggregate_train(1, replies)
+    assert not checkpoint_paths(tmp_path, 1)[0].exists()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fed")
+    folders = helpers.make_partitions(root / "data", sizes=(12, 2, 3))
+    backbone = helpers.make_backbone(root)
+    return root, folders, backbone
+
+
+def _outputs(cell):
+    out = Path(cell["out_dir"])
+    return str(out / "adapters.safetensors"), str(out / "train_log.json"), str(out / "provenance.json")
+
+
+def test_only_shared_adapter_tensors_reach_the_server(world):
+    root, folders, backbone = world
+    cell = helpers.make_cell(root, "AdaFedKD", backbone, folders, rounds=2, out_name="wire")
+    run_cell(cell, *_outputs(cell))
+    _, model = get_model(cell)
+    local = model.adapter_state("local")
+    expected_shapes = {k: list(v.shape) for k, v in local.items()}
+    backbone_names = {n for n, _ in model.backbone.named_parameters()}
+    log = json.loads(Path(_outputs(cell)[1]).read_text())
+    assert len(log["rounds"]) == 2
+    for entry in log["rounds"]:
+        assert [c["partition_id"] for c in entry["clients"]] == [0, 1, 2]
+        for c in entry["clients"]:
+            assert c["uplink_tensors"] == expected_shapes
+            assert not set(c["uplink_tensors"]) & backbone_names
+            assert c["uplink_bytes"] == sum(v.numel() * 4 for v in local.values())
+        assert entry["bytes_down"] == entry["bytes_up"] == 3 * c["uplink_bytes"]
+    prov = json.loads(Path(_outputs(cell)[2]).read_text())
+    params = prov["parameters"]
+    assert params["trainable"] == sum(v.numel() for v in local.values())
+    assert params["shared_per_round"] == params["trainable"]
+    assert 0 < params["trainable_share"] < 0.2
+    assert [b["round"] for b in prov["bytes_per_round"]] == [1, 2]
+    for key in ("config_hash", "packages", "git_commit", "seed", "wall_time_s"):
+        assert key in prov
+    # KD methods: each client ends with its own local adapter, and they differ
+    finals = load_final_adapters(_outputs(cell)[0])
+    assert sorted(finals) == ["Academic", "Committee", "Product"]
+    a, b = finals["Academic"], finals["Product"]
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+RUNNER = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO)
+sys.path.insert(0, {tests!r})
+from fedrepro.fl.cell import run_cell
+cell = json.loads(open({cell_file!r}).read())
+out = cell["out_dir"]
+run_cell(cell, out + "/adapters.safetensors", out + "/train_log.json", out + "/provenance.json")
+"""
+
+
+def _start(cell, root, name):
+    cell_file = root / f"{name}.json"
+    cell_file.write_text(json.dumps(cell))
+    code = RUNNER.format(tests=str(Path(__file__).parent), cell_file=str(cell_file))
+    return subprocess.Popen(
+        [sys.executable, "-c", code], start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=open(root / f"{name}.err", "w"),
+    )
+
+
+def test_killed_run_resumes_and_matches_an_uninterrupted_run_bit_for_bit(world):
+    root, folders, backbone = world
+    rounds = 5
+    reference = helpers.make_cell(root, "AdaFedSelectKD", backbone, folders, rounds=rounds, out_name="ref")
+    killed = dict(reference, out_dir=str(root / "killed"))
+    proc = _start(killed, root, "killed")
+    first = checkpoint_paths(killed["out_dir"], 1)[1]
+    deadline = time.time() + 240
+    while not first.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert first.exists(), (root / "killed.err").read_text()[-2000:]
+    assert not Path(_outputs(killed)[0]).exists()
+    done = [r for r in range(1, rounds + 1) if checkpoint_paths(killed["out_dir"], r)[1].exists()]
+    assert done and max(done) < rounds, f"the run finished before it was killed: {done}"
+    # rerun: resumes after the last finished round
+    proc = _start(killed, root, "resumed")
+    assert proc.wait(timeout=300) == 0, (root / "resumed.err").read_text()[-3000:]
+    assert f"resuming {killed['out_dir']} from round {max(done)}" in (root / "resumed.err").read_text()
+    proc = _start(reference, root, "reference")
+    assert proc.wait(timeout=300) == 0, (root / "reference.err").read_text()[-3000:]
+    # same seed, same bits: final adapters and the round log are identical
+    assert Path(_outputs(killed)[0]).read_bytes() == Path(_outputs(reference)[0]).read_bytes()
+    assert Path(_outputs(killed)[1]).read_bytes() == Path(_outputs(reference)[1]).read_bytes()
+    assert len(json.loads(Path(_outputs(killed)[1]).read_text())["rounds"]) == rounds
