@@ -61,15 +61,23 @@ def selective_kd_loss(
             f"{tuple(teacher_logits.shape)}"
         )
     valid = labels != ignore_index
-    log_q_l = F.log_softmax(student_logits.float(), dim=-1)
+    vocab = student_logits.shape[-1]
+    safe_labels = labels.masked_fill(~valid, 0)
     with torch.no_grad():
         log_q_g = F.log_softmax(teacher_logits.detach().float(), dim=-1)
-        entropy = -(log_q_g.exp() * log_q_g).sum(-1)
+        q_g = log_q_g.exp()
+        entropy = -(q_g * log_q_g).sum(-1)
         kd_mask = valid & (entropy < tau)
-    safe_labels = labels.masked_fill(~valid, 0)
-    ce = -log_q_l.gather(-1, safe_labels.unsqueeze(-1)).squeeze(-1)
-    kl = (log_q_g.exp() * (log_q_g - log_q_l)).sum(-1)
-    per_token = torch.where(kd_mask, (1.0 - lam) * ce + lam * kl, ce)
+        # One soft-target cross-entropy computes both terms at once (fused, one backward):
+        #   −Σ_v [(1−w)·1{v=y} + w·q_g(v)] log q_l(v) = (1−w)·CE + w·(KL(q_g‖q_l) + H(q_g)),
+        # with w = λ on KD tokens and 0 elsewhere; subtracting w·H(q_g) leaves eq. 8 exactly.
+        w = lam * kd_mask.to(q_g.dtype)
+        target = q_g.mul_(w.unsqueeze(-1))
+        target.scatter_add_(-1, safe_labels.unsqueeze(-1), (1.0 - w).unsqueeze(-1))
+    soft_ce = F.cross_entropy(
+        student_logits.float().reshape(-1, vocab), target.reshape(-1, vocab), reduction="none"
+    ).reshape(labels.shape)
+    per_token = soft_ce - w * entropy
     n_valid = valid.sum()
     if n_valid == 0:
         return per_token.sum() * 0.0, kd_mask
