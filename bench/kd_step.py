@@ -76,7 +76,7 @@ def _step(model, optimizer, batch, distill: bool, hp: TrainHParams) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--source-length", type=int, default=384)

@@ -148,3 +148,29 @@ def test_only_local_adapters_are_trainable_and_paths_equal_full_forward(kind):
     assert all(p.grad is not None for p in model.stacks["local"].parameters())
     model.train()
     assert not backbone.training  # frozen backbone stays in eval mode
+
+
+def test_fused_kd_gradient_equals_autograd_of_the_plain_formula():
+    torch.manual_seed(2)
+    s = torch.randn(3, 6, 50, requires_grad=True)
+    t = torch.randn(3, 6, 50) * torch.tensor([0.1, 3.0, 0.2, 4.0, 0.1, 2.0]).view(1, 6, 1)
+    y = torch.randint(0, 50, (3, 6))
+    y[0, 4:] = -100
+    lam, tau = 0.2, 3.5
+    loss, mask = selective_kd_loss(s, t, y, lam, tau)
+    loss.backward()
+    fused_grad = s.grad.clone()
+    s2 = s.detach().clone().requires_grad_(True)
+    log_q_l = F.log_softmax(s2, -1)
+    log_q_g = F.log_softmax(t, -1)
+    ent = -(log_q_g.exp() * log_q_g).sum(-1)
+    valid = y != -100
+    ce = -log_q_l.gather(-1, y.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    kl = (log_q_g.exp() * (log_q_g - log_q_l)).sum(-1)
+    use = valid & (ent < tau)
+    plain = torch.where(use, (1 - lam) * ce + lam * kl, ce)[valid].mean()
+    plain.backward()
+    assert 0 < use.sum() < valid.sum()  # tokens on both sides of tau
+    assert torch.equal(mask, use)
+    assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
+    assert torch.allclose(fused_grad, s2.grad, atol=1e-6)

@@ -60,29 +60,74 @@ def selective_kd_loss(
             f"student/teacher logits shapes differ: {tuple(student_logits.shape)} vs "
             f"{tuple(teacher_logits.shape)}"
         )
-    valid = labels != ignore_index
-    vocab = student_logits.shape[-1]
-    safe_labels = labels.masked_fill(~valid, 0)
-    with torch.no_grad():
-        log_q_g = F.log_softmax(teacher_logits.detach().float(), dim=-1)
-        q_g = log_q_g.exp()
-        entropy = -(q_g * log_q_g).sum(-1)
-        kd_mask = valid & (entropy < tau)
-        # One soft-target cross-entropy computes both terms at once (fused, one backward):
-        #   −Σ_v [(1−w)·1{v=y} + w·q_g(v)] log q_l(v) = (1−w)·CE + w·(KL(q_g‖q_l) + H(q_g)),
-        # with w = λ on KD tokens and 0 elsewhere; subtracting w·H(q_g) leaves eq. 8 exactly.
-        w = lam * kd_mask.to(q_g.dtype)
-        target = q_g.mul_(w.unsqueeze(-1))
-        target.scatter_add_(-1, safe_labels.unsqueeze(-1), (1.0 - w).unsqueeze(-1))
-    soft_ce = F.cross_entropy(
-        student_logits.float().reshape(-1, vocab), target.reshape(-1, vocab), reduction="none"
-    ).reshape(labels.shape)
-    per_token = soft_ce - w * entropy
-    n_valid = valid.sum()
-    if n_valid == 0:
-        return per_token.sum() * 0.0, kd_mask
-    loss = (per_token * valid).sum() / n_valid
+    loss, kd_mask = _SelectiveKD.apply(
+        student_logits, teacher_logits.detach(), labels, float(lam), float(tau), int(ignore_index)
+    )
     return loss, kd_mask
+
+
+# Rows of logits processed together: keeps the vocabulary-sized temporaries of one chunk in cache.
+_CHUNK_ELEMENTS = 1 << 18
+
+
+class _SelectiveKD(torch.autograd.Function):
+    """Eq. 8 with its gradient computed in the forward pass, chunk by chunk.
+
+    Hand-written because no library fuses entropy gating, distillation and cross-entropy: done
+    naively it makes ~10 passes over (tokens × vocabulary) tensors, which made an AdaFedSelectKD
+    step cost ~1.5× an AdaFedAvg step on the demo backbone (bench/kd_step.py).  Per token, with
+    ``w = λ·1[H(q_g) < τ]`` and the soft target ``p = (1 − w)·onehot(y) + w·q_g``::
+
+        L_t = −Σ_v p(v) log q_l(v) − w·H(q_g) = (1 − w)·CE + w·KL(q_g ‖ q_l)
+        ∂L_t/∂s = q_l − p                               (s: the student's logits)
+
+    The loss is the mean of ``L_t`` over non-ignored tokens; the teacher gets no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, student, teacher, labels, lam, tau, ignore_index):
+        vocab = student.shape[-1]
+        s2 = student.detach().reshape(-1, vocab)
+        t2 = teacher.reshape(-1, vocab)
+        y = labels.reshape(-1)
+        valid = y != ignore_index
+        n_valid = int(valid.sum())
+        grad = torch.empty_like(s2, dtype=torch.float32)
+        per_token = torch.zeros(y.shape[0], dtype=torch.float32, device=s2.device)
+        kd_mask = torch.zeros(y.shape[0], dtype=torch.bool, device=s2.device)
+        rows = max(1, _CHUNK_ELEMENTS // vocab)
+        for a in range(0, y.shape[0], rows):
+            b = min(a + rows, y.shape[0])
+            v = valid[a:b]
+            log_q_g = torch.log_softmax(t2[a:b].float(), dim=-1)
+            q_g = log_q_g.exp()
+            entropy = -(q_g * log_q_g).sum(-1)
+            mask = v & (entropy < tau)
+            w = lam * mask.float()
+            target = q_g.mul_(w.unsqueeze(-1))
+            target.scatter_add_(
+                -1, y[a:b].masked_fill(~v, 0).unsqueeze(-1), ((1.0 - w) * v.float()).unsqueeze(-1)
+            )
+            log_q_l = torch.log_softmax(s2[a:b].float(), dim=-1)
+            per_token[a:b] = (-torch.linalg.vecdot(target, log_q_l) - w * entropy) * v.float()
+            g = log_q_l.exp_()
+            if not bool(v.all()):
+                g.mul_(v.float().unsqueeze(-1))
+            g.sub_(target)
+            grad[a:b] = g
+            kd_mask[a:b] = mask
+        denom = max(n_valid, 1)
+        grad.div_(denom)
+        ctx.save_for_backward(grad)
+        ctx.shape, ctx.dtype = student.shape, student.dtype
+        ctx.mark_non_differentiable(kd_mask)
+        loss = per_token.sum() / denom
+        return loss, kd_mask.reshape(labels.shape)
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_mask):
+        (grad,) = ctx.saved_tensors
+        return (grad * grad_loss).reshape(ctx.shape).to(ctx.dtype), None, None, None, None, None
 
 
 def cross_entropy_loss(

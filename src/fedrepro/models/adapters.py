@@ -104,3 +104,31 @@ class AdapterRouter:
         if self.active is None:
             return None
         return self.stacks[self.active].layers[index]
+
+
+class FrozenProjectionMemo(nn.Module):
+    """A frozen linear projection that remembers its last output for the identical input tensor.
+
+    Wrapped around the cross-attention key/value projections of the adapted decoder layers: their
+    input is the encoder output, which is the same tensor for the teacher and the student path of
+    a batch, and their weights are frozen, so the second path reuses the first one's keys/values
+    instead of recomputing them.  The memo is keyed by tensor identity *and* version counter, so an
+    in-place change or a new batch always recomputes.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.linear = linear
+        self._memo: tuple | None = None
+
+    def clear(self) -> None:
+        self._memo = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        memo = self._memo
+        if memo is not None and memo[0] is x and memo[1] == x._version:
+            return memo[2]
+        out = self.linear(x)
+        if not out.requires_grad:  # only memoise outputs that carry no autograd history
+            self._memo = (x, x._version, out)
+        return out

@@ -7,7 +7,8 @@ Performance (DESIGN.md): the backbone never receives gradients and always runs i
 one training batch the encoder and the decoder layers *below* the adapters run once, without
 grad; their output (the input of the first adapted layer, with its attention masks and encoder
 states) is captured and reused by every adapter path.  Only the top-k layers run once per path,
-the teacher (global) path without grad.
+the teacher (global) path without grad, and the cross-attention keys/values of the encoder output
+(frozen projections of a frozen input) are computed once and reused by the second path.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from fedrepro.models.adapters import AdaptedDecoderLayer, AdapterRouter, AdapterStack
+from fedrepro.models.adapters import (
+    AdaptedDecoderLayer,
+    AdapterRouter,
+    AdapterStack,
+    FrozenProjectionMemo,
+)
 
 
 class _PrefixCaptured(Exception):
@@ -63,7 +69,14 @@ class AdapterSummarizer(nn.Module):
         if "global" in self.stacks:
             self.stacks["global"].requires_grad_(False)  # §III-B3: never optimised locally
         self.router = AdapterRouter(self.stacks)
+        self._kv_memos: list[FrozenProjectionMemo] = []
         for j, idx in enumerate(range(self.first_adapted, n_layers)):
+            cross = getattr(decoder.layers[idx], "encoder_attn", None)
+            for name in ("k_proj", "v_proj"):
+                if cross is not None and isinstance(getattr(cross, name, None), nn.Linear):
+                    memo = FrozenProjectionMemo(getattr(cross, name))
+                    setattr(cross, name, memo)
+                    self._kv_memos.append(memo)
             decoder.layers[idx] = AdaptedDecoderLayer(decoder.layers[idx], self.router, j)
         self.is_led = type(backbone).__name__.startswith("LED")
         self.backbone.eval()
@@ -104,6 +117,8 @@ class AdapterSummarizer(nn.Module):
 
         Returns the positional and keyword arguments the first adapted layer receives.
         """
+        for memo in self._kv_memos:
+            memo.clear()
         encoder = self.backbone.get_encoder()
         enc = encoder(**self._encoder_kwargs(input_ids, attention_mask)).last_hidden_state
         decoder = self.backbone.get_decoder()
@@ -143,7 +158,7 @@ class AdapterSummarizer(nn.Module):
             hidden = final_norm(hidden)
         logits = self.backbone.lm_head(hidden)
         bias = getattr(self.backbone, "final_logits_bias", None)
-        if bias is not None:
+        if bias is not None and bool(bias.any()):  # BART/LED ship an all-zero bias: skip the pass
             logits = logits + bias.to(logits.dtype)
         return logits
 
