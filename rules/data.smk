@@ -20,8 +20,6 @@ rule prepare_qmsum:
         expand(
             "results/data/qmsum/{client}/{split}.jsonl", client=QMSUM_DOMAINS, split=SPLITS
         ),
-    params:
-        out_dir="results/data/qmsum",
     log:
         "logs/prepare_qmsum/prepare.log",
     conda:

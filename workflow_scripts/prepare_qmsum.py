@@ -1,6 +1,9 @@
+from pathlib import Path
+
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
 from fedrepro.data import qmsum  # noqa: E402
 
-qmsum.prepare(snakemake.input.raw, snakemake.params.out_dir)
+# outputs are results/data/qmsum/<Domain>/<split>.jsonl: write them all under their common root
+qmsum.prepare(snakemake.input.raw, Path(snakemake.output[0]).parents[1])
