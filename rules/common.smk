@@ -8,7 +8,11 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from fedrepro.config import validate_config
 from fedrepro import workflow as wf
 
-validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
+validate_config(
+    config,
+    Path(workflow.basedir) / "config" / "schema.yaml",
+    source=", ".join(map(str, workflow.configfiles)) or "the config",
+)
 
 ADA = config["adafedseleckd"]
 QMSUM_DOMAINS = ["Academic", "Committee", "Product"]

@@ -142,6 +142,5 @@ def make_cell(config: dict, partition: str, backbone: str, method: str, scope: s
 def table_title(config: dict, table: str) -> str:
     backbone = TABLE_BACKBONES[table]
     name = TABLE_NAMES[table]
-    scale = config["scale"]
-    return f"AdaFedSelecKD {name}: main results with the {backbone} backbone ({scale} scale)"
+    return f"AdaFedSelecKD {name}: main results with the {backbone} backbone"
 

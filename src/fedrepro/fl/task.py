@@ -95,7 +95,7 @@ def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor], meta: di
     """Atomic safetensors write (deterministic bytes for the same tensors)."""
     with atomic_path(path, suffix=".safetensors") as tmp:
         save_file(
-            {k: v.contiguous() for k, v in state.items()},
+            {k: v.detach().clone().contiguous() for k, v in state.items()},
             str(tmp),
             metadata={k: json.dumps(v) for k, v in (meta or {}).items()},
         )
