@@ -20,6 +20,8 @@ rule prepare_qmsum:
         expand(
             "results/data/qmsum/{client}/{split}.jsonl", client=QMSUM_DOMAINS, split=SPLITS
         ),
+    params:
+        span_end_inclusive=config["data"]["qmsum"].get("span_end_inclusive", True),
     log:
         "logs/prepare_qmsum/prepare.log",
     conda:

@@ -191,7 +191,9 @@ def _position_kwargs(class_name: str, tiny: dict) -> dict:
         window = int(tiny.get("attention_window", 32))
         return {
             "max_encoder_position_embeddings": max_source,
-            "max_decoder_position_embeddings": max_target,
+            # the denoising warm-up decodes whole source texts, so the decoder gets source-length
+            # positions (real LED-large: 16384 encoder / 1024 decoder positions)
+            "max_decoder_position_embeddings": max(max_source, max_target),
             "attention_window": [window] * int(tiny["encoder_layers"]),
         }
     return {"max_position_embeddings": max(max_source, max_target)}

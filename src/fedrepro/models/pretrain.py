@@ -75,7 +75,7 @@ def denoising_warmup(
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
         if step % 50 == 0 or step == steps - 1:
             log.info("warm-up step %d/%d loss %.3f", step + 1, steps, losses[-1])
     model.eval()
