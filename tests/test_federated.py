@@ -164,3 +164,20 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_bit_for_bit(world):
     assert Path(_outputs(killed)[0]).read_bytes() == Path(_outputs(reference)[0]).read_bytes()
     assert Path(_outputs(killed)[1]).read_bytes() == Path(_outputs(reference)[1]).read_bytes()
     assert len(json.loads(Path(_outputs(killed)[1]).read_text())["rounds"]) == rounds
+
+
+def test_a_client_error_fails_the_cell_with_the_clients_message(world, tmp_path):
+    root, folders, backbone = world
+    broken = dict(folders)
+    bad = tmp_path / "Committee"
+    bad.mkdir()
+    (bad / "train.jsonl").write_text('{"id": "x", "input": "a", "target": "b"}\nnot json\n')
+    broken["Committee"] = str(bad)
+    cell = helpers.make_cell(root, "AdaFedAvg", backbone, broken, rounds=2, out_name="broken")
+    t0 = time.time()
+    with pytest.raises(RuntimeError) as err:
+        run_cell(cell, *_outputs(cell))
+    assert time.time() - t0 < 120
+    assert "stopped after round 0 of 2" in str(err.value)
+    assert "train.jsonl:2" in str(err.value)  # the client's own error names file and line
+    assert not Path(_outputs(cell)[0]).exists()
