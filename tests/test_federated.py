@@ -178,6 +178,6 @@ def test_a_client_error_fails_the_cell_with_the_clients_message(world, tmp_path)
     with pytest.raises(RuntimeError) as err:
         run_cell(cell, *_outputs(cell))
     assert time.time() - t0 < 120
-    assert "stopped after round 0 of 2" in str(err.value)
+    assert "round 1 failed" in str(err.value)
     assert "train.jsonl:2" in str(err.value)  # the client's own error names file and line
     assert not Path(_outputs(cell)[0]).exists()
