@@ -235,7 +235,6 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
     save_state(
         adapters_out,
         OrderedDict((f"{c}::{k}", v) for c in sorted(finals) for k, v in finals[c].items()),
-        meta={"clients": sorted(finals), "method": cell["method"]},
     )
     rounds_log = round_log(cell["out_dir"], rounds)
     for entry in rounds_log:

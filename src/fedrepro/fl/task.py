@@ -8,7 +8,6 @@ reads only that client's own partition folder.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -91,14 +90,14 @@ def special_ids(model) -> tuple[int, int]:
 
 
 # -- adapter state files ------------------------------------------------------------------
-def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor], meta: dict | None = None) -> None:
-    """Atomic safetensors write (deterministic bytes for the same tensors)."""
+def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
+    """Atomic safetensors write: the same tensors give the same bytes.
+
+    No ``metadata`` is written: safetensors serialises a metadata dict in hash-map order, which
+    differs between processes and would break byte-identical reruns.
+    """
     with atomic_path(path, suffix=".safetensors") as tmp:
-        save_file(
-            {k: v.detach().clone().contiguous() for k, v in state.items()},
-            str(tmp),
-            metadata={k: json.dumps(v) for k, v in (meta or {}).items()},
-        )
+        save_file({k: v.detach().clone().contiguous() for k, v in state.items()}, str(tmp))
 
 
 def load_state(path: str | os.PathLike) -> OrderedDict[str, torch.Tensor]:
