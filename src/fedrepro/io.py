@@ -78,12 +78,14 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return n
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSON-lines file; a malformed line raises :class:`InputError` naming file and line."""
+def iter_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for each non-blank line of a JSON-lines file.
+
+    A malformed line raises :class:`InputError` naming the file and the line.
+    """
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise InputError(f"{path}: file not found")
-    out: list[dict] = []
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -91,11 +93,17 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove this line") from exc
+                raise InputError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove this line"
+                ) from exc
             if not isinstance(obj, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            out.append(obj)
-    return out
+                raise InputError(f"{path}:{lineno}: expected {what}, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON-lines file; a malformed line raises :class:`InputError` naming file and line."""
+    return [obj for _, obj in iter_jsonl(path)]
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -38,7 +38,7 @@ from typing import Any
 import pandas as pd
 
 from fedrepro.data.download import DownloadError, fetch_url
-from fedrepro.io import InputError, write_jsonl_atomic
+from fedrepro.io import InputError, atomic_dir, iter_jsonl, write_jsonl_atomic
 
 __all__ = [
     "CONFIG_KEY",
@@ -141,6 +141,13 @@ def download(
     """
     dest_dir = Path(dest_dir)
     commit = commit or QMSUM_COMMIT
+    # all nine files land in a temporary sibling folder that becomes dest_dir only when complete
+    with atomic_dir(dest_dir) as staging:
+        _download_into(staging, commit, timeout)
+    return dest_dir
+
+
+def _download_into(dest_dir: Path, commit: str, timeout: float) -> None:
     for domain in DOMAINS:
         for split in SPLITS:
             url = qmsum_url(domain, split, commit)
@@ -160,7 +167,6 @@ def download(
                     f"`{CONFIG_KEY}: /path/to/QMSum` (a folder with <Domain>/<split>.jsonl or the repository's "
                     f"data/ folder), or `data.qmsum.source: samples` for the generated samples."
                 ) from exc.__cause__
-    return dest_dir
 
 
 # -- locating a local copy ---------------------------------------------------------------------
@@ -222,23 +228,8 @@ def iter_meetings(path: str | os.PathLike) -> Iterator[tuple[int, int, dict]]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found; check the config key `{CONFIG_KEY}`")
-    index = 0
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove this line"
-                ) from exc
-            if not isinstance(obj, dict):
-                raise InputError(
-                    f"{path}:{lineno}: expected a JSON object (one meeting), got {type(obj).__name__}"
-                )
-            yield lineno, index, obj
-            index += 1
+    for index, (lineno, obj) in enumerate(iter_jsonl(path, what="a JSON object (one meeting)")):
+        yield lineno, index, obj
 
 
 def _fail(path: Any, lineno: int, field: str, problem: str) -> InputError:
