@@ -416,13 +416,7 @@ def load_pairs(
 
     ``raw_root`` may be in any layout :func:`resolve_raw_dir` accepts.
     """
-    path = raw_file(raw_root, domain, split)
-    records: list[dict] = []
-    for lineno, index, obj in iter_meetings(path):
-        records.extend(
-            parse_meeting(obj, domain, split, index, path, lineno, end_inclusive=end_inclusive)
-        )
-    return records
+    return parse_file(raw_file(raw_root, domain, split), end_inclusive=end_inclusive)
 
 
 def prepare(
@@ -537,3 +531,40 @@ def load_table2_reference() -> pd.DataFrame:
     ref = resources.files("fedrepro") / "resources" / "qmsum_table2.csv"
     with ref.open("r", encoding="utf-8") as fh:
         return pd.read_csv(fh)
+
+
+# -- registry entry ----------------------------------------------------------------------------
+def parse_file(path: str | os.PathLike, end_inclusive: bool = True) -> list[dict]:
+    """Pairs of one raw split file ``.../<Domain>[/jsonl]/<split>.jsonl`` (domain from the folder)."""
+    path = Path(path)
+    domain = path.parent.name if path.parent.name != "jsonl" else path.parent.parent.name
+    split = path.stem
+    if domain not in DOMAINS or split not in SPLITS:
+        raise InputError(
+            f"{path}: expected <Domain>/<split>.jsonl with Domain in {DOMAINS} and split in {SPLITS}"
+        )
+    return [
+        rec
+        for lineno, index, obj in iter_meetings(path)
+        for rec in parse_meeting(obj, domain, split, index, path, lineno, end_inclusive=end_inclusive)
+    ]
+
+
+def _register() -> None:
+    from fedrepro.data import sources
+    from fedrepro.data.samples import write_qmsum_samples
+
+    sources.register(
+        sources.Source(
+            name="qmsum",
+            kind="seq2seq",
+            parse=parse_file,
+            download=lambda dest, timeout=10.0: download(dest, timeout=timeout),
+            write_samples=write_qmsum_samples,
+            config_key=CONFIG_KEY,
+            upstream=f"https://github.com/{QMSUM_REPO} @ {QMSUM_COMMIT}",
+        )
+    )
+
+
+_register()

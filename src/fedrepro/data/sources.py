@@ -1,0 +1,104 @@
+"""Registry of data sources: ``fedrepro.data.sources.get(name).parse(path)`` returns normalized records.
+
+Each source module calls :func:`register` at import time with a :class:`Source`.  Records are
+normalized as
+
+* seq2seq (summarization): ``{id, source, client, split, input, target, meta}``
+* classification (GLUE): ``{id, source, task, split, text_a, text_b, label, meta}``
+
+``parse(path)`` takes one split file (or, where the raw release is a folder, that folder) and
+returns a list of records; malformed records raise :class:`fedrepro.io.InputError` naming the
+file, the line or record id and the field (or are skipped and counted where the config says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+from fedrepro.io import InputError
+
+# module that registers each source (imported lazily by get())
+SOURCE_MODULES: dict[str, str] = {
+    "qmsum": "fedrepro.data.qmsum",
+    "samsum": "fedrepro.data.samsum",
+    "cnndm": "fedrepro.data.cnndm",
+    "pubmed": "fedrepro.data.pubmed",
+    "wikihow": "fedrepro.data.wikihow",
+    "reddit_tifu": "fedrepro.data.reddit_tifu",
+    "glue": "fedrepro.data.glue",
+    "csl": "fedrepro.data.chinese",
+    "nlpcc2017": "fedrepro.data.chinese",
+    "lcsts": "fedrepro.data.chinese",
+    "thucnews": "fedrepro.data.chinese",
+    "education": "fedrepro.data.chinese",
+    "ami": "fedrepro.data.meetings",
+    "icsi": "fedrepro.data.meetings",
+    "elitr": "fedrepro.data.meetings",
+    "meetingbank": "fedrepro.data.meetings",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One dataset source.
+
+    Attributes
+    ----------
+    name : registry name (``SOURCE_MODULES`` key)
+    kind : ``"seq2seq"`` or ``"classification"``
+    parse : ``parse(path, skip_malformed=False) -> list[dict]`` for one split file/folder
+    download : ``download(dest_dir, timeout) -> Path``; fails within ``timeout`` seconds offline with
+        a message naming the dataset, the URL or hub id and ``config_key``; leaves nothing behind
+    write_samples : ``write_samples(out_dir) -> None`` writes the committed sample in the raw schema
+    config_key : where a user points at a local copy (``data.<name>.local_dir``)
+    upstream : hub id or URL and the pinned revision, for provenance and messages
+    splits : the raw split names
+    lang : ``"en"`` or ``"zh"``
+    """
+
+    name: str
+    kind: str
+    parse: Callable[..., list[dict]]
+    download: Callable[..., Path]
+    write_samples: Callable[..., None]
+    config_key: str
+    upstream: str
+    splits: tuple[str, ...] = ("train", "val", "test")
+    lang: str = "en"
+
+
+class Records(list):
+    """The records ``parse`` returns; ``skipped`` lists ``(record id or line, reason)`` for the
+    malformed records dropped when the caller asked for ``skip_malformed=True``."""
+
+    def __init__(self, records=(), skipped=None) -> None:
+        super().__init__(records)
+        self.skipped: list[tuple[str, str]] = list(skipped or [])
+
+
+_REGISTRY: dict[str, Source] = {}
+
+
+def register(source: Source) -> Source:
+    if source.name not in SOURCE_MODULES:
+        raise ValueError(f"add {source.name!r} to SOURCE_MODULES before registering it")
+    _REGISTRY[source.name] = source
+    return source
+
+
+def get(name: str) -> Source:
+    """The registered source ``name`` (importing its module on first use)."""
+    if name not in SOURCE_MODULES:
+        raise InputError(f"unknown data source {name!r}; known: {sorted(SOURCE_MODULES)}")
+    if name not in _REGISTRY:
+        importlib.import_module(SOURCE_MODULES[name])
+    if name not in _REGISTRY:
+        raise InputError(f"module {SOURCE_MODULES[name]} did not register source {name!r}")
+    return _REGISTRY[name]
+
+
+def names() -> list[str]:
+    return sorted(SOURCE_MODULES)
