@@ -1,8 +1,191 @@
-"""Client splits.  AdaFedSelecKD's main setting is *natural*: one client per QMSum domain (§II-A)."""
+"""Client splits for the four papers: deterministic functions of (ids, seed, parameters).
+
+Every function here works on example *ids* (or on index ranges) and returns plain lists, so that
+a split is reproducible from its manifest alone and testable without any model.  The workflow
+writes each result as a manifest ``{client: {split: [ids]}}`` (:func:`write_manifest`) and one
+jsonl file per client and split (:func:`materialize`).
+
+Where Flower Datasets has a partitioner that does the job, it would be the natural choice; its
+current release (flwr-datasets 0.6.1) requires ``datasets<5``, which conflicts with the pinned
+``datasets`` 5.2 of this project, so the few lines of index bookkeeping are written here, each
+with a test of the sizes the papers state (docs/decisions.md, "partitioners").
+"""
 
 from __future__ import annotations
 
-from fedrepro.io import InputError, read_jsonl, write_jsonl_atomic
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fedrepro.io import InputError, read_jsonl, write_json_atomic, write_jsonl_atomic
+
+Manifest = dict[str, dict[str, list[str]]]
+
+
+def _rng(seed: int, *salt: int | str) -> np.random.Generator:
+    """A generator seeded by (seed, salt…), independent of Python's hash randomisation."""
+    from fedrepro.data.seq2seq import derive_seed
+
+    return np.random.default_rng(derive_seed(seed, *salt))
+
+
+def _shuffled(ids: Sequence[str], seed: int, *salt: int | str) -> list[str]:
+    ids = sorted(ids)  # the input order never matters
+    order = _rng(seed, *salt).permutation(len(ids))
+    return [ids[i] for i in order]
+
+
+def equal_parts(ids: Sequence[str], num_parts: int, seed: int, *salt: int | str) -> list[list[str]]:
+    """Shuffle (seeded) and cut into ``num_parts`` parts whose sizes differ by at most one."""
+    if num_parts < 1:
+        raise ValueError("num_parts must be >= 1")
+    shuffled = _shuffled(ids, seed, *salt)
+    bounds = np.linspace(0, len(shuffled), num_parts + 1).round().astype(int)
+    return [shuffled[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+# -- AdaFedSelecKD ---------------------------------------------------------------------------
+def natural(ids_by_client: Mapping[str, Mapping[str, Sequence[str]]]) -> Manifest:
+    """One client per domain / task / dataset: the ids stay where they are (sorted)."""
+    return {c: {s: sorted(ids) for s, ids in splits.items()} for c, splits in ids_by_client.items()}
+
+
+def iid_balanced(
+    ids_by_domain: Mapping[str, Mapping[str, Sequence[str]]], num_clients: int, seed: int
+) -> Manifest:
+    """AdaFedSelecKD Fig. 6 (IID and balanced): each domain's split is cut into ``num_clients``
+    equal parts and client k receives part k of every domain; re-drawn per seed."""
+    clients = [f"client{k + 1}" for k in range(num_clients)]
+    out: Manifest = {c: {} for c in clients}
+    for domain in sorted(ids_by_domain):
+        for split, ids in ids_by_domain[domain].items():
+            for c, part in zip(clients, equal_parts(ids, num_clients, seed, "iid", domain, split)):
+                out[c].setdefault(split, []).extend(part)
+    return {c: {s: sorted(v) for s, v in splits.items()} for c, splits in out.items()}
+
+
+def noniid_balanced(
+    ids_by_domain: Mapping[str, Mapping[str, Sequence[str]]],
+    sizes: Mapping[str, int],
+    seed: int,
+) -> Manifest:
+    """AdaFedSelecKD Fig. 7 (non-IID, balanced): from each domain draw ``sizes[split]`` examples
+    (paper: 200 train / 40 valid / 40 test); re-drawn per seed."""
+    out: Manifest = {}
+    for domain in sorted(ids_by_domain):
+        out[domain] = {}
+        for split, n in sizes.items():
+            ids = ids_by_domain[domain].get(split, [])
+            if len(ids) < n:
+                raise InputError(
+                    f"non-IID balanced split needs {n} {split} examples of {domain}, only {len(ids)} exist; "
+                    f"lower the sizes in the config (partitions.noniid_balanced.sizes)"
+                )
+            out[domain][split] = sorted(_shuffled(ids, seed, "noniid", domain, split)[:n])
+    return out
+
+
+# -- FedSum ----------------------------------------------------------------------------------
+def dirichlet_quantity_skew(n: int, num_clients: int, alpha: float, seed: int) -> list[list[int]]:
+    """FedSum §5.1: quantity skew — client sizes ~ Dirichlet(α), every client non-empty.
+
+    Proportions ``p ~ Dir(α·1_K)`` (``α = inf``: uniform sizes); sizes are ``1 + Multinomial(n − K,
+    p)`` so that every client holds at least one example and the sizes sum to ``n``; the indices
+    ``range(n)`` are shuffled (seeded) and cut into consecutive blocks of those sizes.  Returns a
+    list of ``num_clients`` disjoint index lists covering ``range(n)``.
+    """
+    if num_clients < 1 or n < num_clients:
+        raise ValueError(f"need n >= num_clients >= 1, got n={n}, num_clients={num_clients}")
+    rng = _rng(seed, "dirichlet", n, num_clients, alpha)
+    if math.isinf(alpha):
+        sizes = np.full(num_clients, n // num_clients)
+        sizes[: n % num_clients] += 1
+    else:
+        if alpha <= 0:
+            raise ValueError(f"alpha must be > 0 (or inf), got {alpha}")
+        p = rng.dirichlet(np.full(num_clients, float(alpha)))
+        sizes = 1 + rng.multinomial(n - num_clients, p)
+    order = rng.permutation(n)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [sorted(order[a:b].tolist()) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def fedsum_scarcity(
+    train_ids: Sequence[str], total: int, num_clients: int, alpha: float, seed: int
+) -> dict[str, list[str]]:
+    """FedSum's data-scarcity setting: ``total`` training examples (paper: 2,000) drawn from the
+    training set, split over ``num_clients`` by :func:`dirichlet_quantity_skew`."""
+    if len(train_ids) < total:
+        raise InputError(f"FedSum scarcity needs {total} training examples, only {len(train_ids)} exist")
+    pool = _shuffled(train_ids, seed, "fedsum-pool")[:total]
+    blocks = dirichlet_quantity_skew(total, num_clients, alpha, seed)
+    return {f"client{k + 1:02d}": sorted(pool[i] for i in block) for k, block in enumerate(blocks)}
+
+
+# -- FedMCP ----------------------------------------------------------------------------------
+def fedmcp_cross_task(
+    ids_by_task: Mapping[str, Mapping[str, Sequence[str]]],
+    seed: int,
+    cap_task: str = "MRPC",
+    ratios: tuple[float, float, float] = (0.6, 0.2, 0.2),
+) -> Manifest:
+    """FedMCP §V-A: per task merge train and validation, downsample tasks larger than
+    ``cap_task`` (MRPC) to its size, then split 6:2:2 into train / val / test per client."""
+    merged = {t: [i for s in ("train", "val") for i in splits.get(s, [])] for t, splits in ids_by_task.items()}
+    if cap_task not in merged:
+        raise InputError(f"FedMCP's split needs the {cap_task} task to set the per-task size")
+    cap = len(merged[cap_task])
+    out: Manifest = {}
+    for task in sorted(merged):
+        ids = _shuffled(merged[task], seed, "fedmcp", task)[:cap]
+        n_train = int(round(ratios[0] * len(ids)))
+        n_val = int(round(ratios[1] * len(ids)))
+        out[task] = {
+            "train": sorted(ids[:n_train]),
+            "val": sorted(ids[n_train : n_train + n_val]),
+            "test": sorted(ids[n_train + n_val :]),
+        }
+    return out
+
+
+# -- FedSUMM ---------------------------------------------------------------------------------
+def fedsumm_clients(
+    ids_by_split: Mapping[str, Sequence[str]], num_clients: int, seed: int, corpus: str
+) -> Manifest:
+    """FedSUMM §IV-A: one corpus split over N clients (each split cut into N near-equal parts)."""
+    out: Manifest = {f"{corpus}-{k + 1:03d}": {} for k in range(num_clients)}
+    for split, ids in ids_by_split.items():
+        if len(ids) < num_clients:
+            raise InputError(f"{corpus} {split} has {len(ids)} examples, fewer than {num_clients} clients")
+        for c, part in zip(out, equal_parts(ids, num_clients, seed, "fedsumm", corpus, split)):
+            out[c][split] = sorted(part)
+    return out
+
+
+# -- manifests and files ---------------------------------------------------------------------
+def check_disjoint(manifest: Manifest) -> None:
+    """Every id appears at most once across clients and splits."""
+    seen: dict[str, tuple[str, str]] = {}
+    for client, splits in manifest.items():
+        for split, ids in splits.items():
+            for i in ids:
+                if i in seen:
+                    raise ValueError(f"id {i} is in {seen[i]} and in {(client, split)}")
+                seen[i] = (client, split)
+
+
+def write_manifest(manifest: Manifest, path: str, meta: dict) -> None:
+    check_disjoint(manifest)
+    write_json_atomic(path, {"meta": meta, "clients": manifest})
+
+
+def materialize(records_by_id: Mapping[str, dict], ids: Sequence[str], out_path: str, client: str) -> int:
+    """Write one client's split: the records of ``ids`` with ``client`` set, in id order."""
+    missing = [i for i in ids if i not in records_by_id]
+    if missing:
+        raise InputError(f"partition refers to unknown record ids (first: {missing[0]})")
+    return write_jsonl_atomic(out_path, [dict(records_by_id[i], client=client) for i in sorted(ids)])
 
 
 def natural_partition(records_path: str, out_path: str, client: str) -> int:
