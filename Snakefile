@@ -12,6 +12,7 @@ configfile: "config/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/sources.smk"
 include: "rules/models.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
@@ -23,3 +24,4 @@ rule all:
     input:
         ADAFEDSELECKD_TABLES,
         "results/data/qmsum/table2_stats.csv",
+        "results/stats/sources.csv",

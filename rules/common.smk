@@ -63,3 +63,29 @@ def backbone_inputs(wildcards):
 
 def table_scores(wildcards):
     return [f"{cell}/scores.json" for cell in wf.table_cells(config, wildcards.table)]
+
+
+# -- every source and split setting (data layer) --------------------------------------------
+from fedrepro.data.sources import SOURCE_MODULES
+from fedrepro.data.settings import settings as _settings
+
+ALL_SOURCES = sorted(SOURCE_MODULES)
+DATA_SOURCES = wf.data_sources(config)
+SETTINGS = _settings(config)
+ALL_MANIFESTS = expand(
+    "results/partitions/{setting}/seed~{seed}/manifest.json",
+    setting=list(SETTINGS),
+    seed=wf.setting_seeds(config),
+)
+
+
+wildcard_constraints:
+    source="|".join(ALL_SOURCES),
+    setting="|".join(SETTINGS) if SETTINGS else "^$",
+
+
+def setting_record_files(wildcards):
+    return {
+        name: f"results/data/{name}/records.jsonl"
+        for name in SETTINGS[wildcards.setting]["sources"]
+    }

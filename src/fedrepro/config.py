@@ -34,9 +34,9 @@ def validate_config(config: dict, schema_path: str | Path, source: str = "the co
 def _semantic_checks(config: dict) -> list[str]:
     out = []
     a = config.get("adafedseleckd") or {}
-    q = ((config.get("data") or {}).get("qmsum")) or {}
-    if q.get("source") == "local" and not q.get("local_dir"):
-        out.append("config key data.qmsum.local_dir: required when data.qmsum.source is 'local'")
+    for name, d in sorted((config.get("data") or {}).items()):
+        if isinstance(d, dict) and d.get("source") == "local" and not d.get("local_dir"):
+            out.append(f"config key data.{name}.local_dir: required when data.{name}.source is 'local'")
     for name in a.get("backbones", []) if isinstance(a.get("backbones"), list) else []:
         bb = (config.get("backbones") or {}).get(name) or {}
         if bb.get("kind") == "tiny" and "tiny" not in bb:

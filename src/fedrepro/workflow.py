@@ -50,19 +50,32 @@ def backbone_dir(name: str) -> str:
 
 
 # -- data ---------------------------------------------------------------------------------
-def qmsum_raw_dir(config: dict) -> str:
-    """Where the raw QMSum jsonl files come from: the samples, a local copy or the download."""
-    q = _section(_section(config, "data"), "qmsum")
-    source = q.get("source", "samples")
+def source_raw_dir(config: dict, name: str) -> str:
+    """Where a source's raw files come from: the committed samples, a local copy or the download."""
+    d = _section(_section(config, "data"), name)
+    source = d.get("source", "samples")
     if source == "samples":
-        return q["samples_dir"]
+        return d.get("samples_dir") or f"resources/samples/{name}"
     if source == "local":
-        if not q.get("local_dir"):
-            raise InputError("data.qmsum.source is 'local' but data.qmsum.local_dir is not set")
-        return q["local_dir"]
+        if not d.get("local_dir"):
+            raise InputError(f"data.{name}.source is 'local' but data.{name}.local_dir is not set")
+        return d["local_dir"]
     if source == "download":
-        return "resources/downloads/qmsum"
-    raise InputError(f"data.qmsum.source must be samples, local or download; got {source!r}")
+        return f"resources/downloads/{name}"
+    raise InputError(f"data.{name}.source must be samples, local or download; got {source!r}")
+
+
+def qmsum_raw_dir(config: dict) -> str:
+    return source_raw_dir(config, "qmsum")
+
+
+def data_sources(config: dict) -> list[str]:
+    """Sources listed under ``data`` in the config (each gets a prepare rule run)."""
+    return sorted(_section(config, "data"))
+
+
+def setting_seeds(config: dict) -> list[int]:
+    return list((config.get("partitions") or {}).get("seeds", config["seeds"]))
 
 
 def partition_dir(partition: str, client: str) -> str:

@@ -534,8 +534,16 @@ def load_table2_reference() -> pd.DataFrame:
 
 
 # -- registry entry ----------------------------------------------------------------------------
-def parse_file(path: str | os.PathLike, end_inclusive: bool = True) -> list[dict]:
-    """Pairs of one raw split file ``.../<Domain>[/jsonl]/<split>.jsonl`` (domain from the folder)."""
+def parse_file(
+    path: str | os.PathLike, end_inclusive: bool = True, skip_malformed: bool = False
+):
+    """Pairs of one raw split file ``.../<Domain>[/jsonl]/<split>.jsonl`` (domain from the folder).
+
+    With ``skip_malformed`` a malformed meeting is dropped (all its queries) and listed in the
+    returned :class:`~fedrepro.data.sources.Records`' ``skipped``; otherwise it raises.
+    """
+    from fedrepro.data.sources import Records
+
     path = Path(path)
     domain = path.parent.name if path.parent.name != "jsonl" else path.parent.parent.name
     split = path.stem
@@ -543,11 +551,15 @@ def parse_file(path: str | os.PathLike, end_inclusive: bool = True) -> list[dict
         raise InputError(
             f"{path}: expected <Domain>/<split>.jsonl with Domain in {DOMAINS} and split in {SPLITS}"
         )
-    return [
-        rec
-        for lineno, index, obj in iter_meetings(path)
-        for rec in parse_meeting(obj, domain, split, index, path, lineno, end_inclusive=end_inclusive)
-    ]
+    out = Records()
+    for lineno, index, obj in iter_meetings(path):
+        try:
+            out.extend(parse_meeting(obj, domain, split, index, path, lineno, end_inclusive=end_inclusive))
+        except InputError as exc:
+            if not skip_malformed:
+                raise
+            out.skipped.append((f"line {lineno}", str(exc)))
+    return out
 
 
 def _register() -> None:

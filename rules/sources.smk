@@ -1,0 +1,68 @@
+# Every data source of the four papers: download (or samples / local copy) -> normalized records,
+# every client-split setting -> a manifest per seed, and the statistics of both.
+
+
+rule download_source:
+    output:
+        directory("resources/downloads/{source}"),
+    wildcard_constraints:
+        source="|".join(s for s in ALL_SOURCES if s != "qmsum"),
+    params:
+        timeout=lambda wildcards: config["data"][wildcards.source].get("download_timeout_s", 10),
+    retries: 2
+    log:
+        "logs/download_source/{source}.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/download_source.py"
+
+
+rule prepare_source:
+    input:
+        raw=lambda wildcards: wf.source_raw_dir(config, wildcards.source),
+    output:
+        records="results/data/{source}/records.jsonl",
+        report="results/data/{source}/prepare_report.json",
+    params:
+        skip_malformed=lambda wildcards: config["data"][wildcards.source].get("skip_malformed", False),
+    log:
+        "logs/prepare_source/{source}.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/prepare_source.py"
+
+
+rule partition_setting:
+    input:
+        lambda wildcards: setting_record_files(wildcards).values(),
+    output:
+        "results/partitions/{setting}/seed~{seed}/manifest.json",
+    params:
+        setting=lambda wildcards: SETTINGS[wildcards.setting],
+        record_files=setting_record_files,
+    log:
+        "logs/partition_setting/{setting}/seed~{seed}.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/partition_setting.py"
+
+
+rule data_stats:
+    input:
+        records=expand("results/data/{source}/records.jsonl", source=DATA_SOURCES),
+        manifests=ALL_MANIFESTS,
+    output:
+        sources="results/stats/sources.csv",
+        partitions="results/stats/partitions.csv",
+        figures=directory("results/stats/figures"),
+    params:
+        sources=DATA_SOURCES,
+    log:
+        "logs/data_stats/data_stats.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/data_stats.py"

@@ -1,0 +1,118 @@
+"""The client-split settings of the four papers, enumerated from the config.
+
+A *setting* is a named client split (``adafedseleckd-iid``, ``fedsum-cnndm-a0.1``, …) built from
+prepared records of one or more sources by a function of :mod:`fedrepro.data.partition`, per seed.
+:func:`settings` lists them (plain Python over the config, so a dry run stays fast) and
+:func:`build_manifest` builds one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from fedrepro.data import partition as P
+from fedrepro.io import InputError, read_jsonl
+
+QMSUM_DOMAINS = ("Academic", "Committee", "Product")
+
+
+def _alpha_name(alpha: float) -> str:
+    return "inf" if math.isinf(float(alpha)) else f"{float(alpha):g}"
+
+
+def settings(config: dict) -> dict[str, dict]:
+    """``{setting name: {"sources": [...], "kind": ..., params}}`` for every split in the config."""
+    p = config.get("partitions") or {}
+    out: dict[str, dict] = {}
+    if "adafedseleckd" in p:
+        a = p["adafedseleckd"]
+        out["adafedseleckd-domains"] = {"sources": ["qmsum"], "kind": "natural_qmsum"}
+        out["adafedseleckd-iid"] = {"sources": ["qmsum"], "kind": "iid", "num_clients": int(a["iid_clients"])}
+        out["adafedseleckd-noniid"] = {"sources": ["qmsum"], "kind": "noniid", "sizes": dict(a["noniid_sizes"])}
+        out["adafedseleckd-extreme"] = {"sources": ["qmsum", "samsum"], "kind": "natural_plus"}
+        out["adafedseleckd-long"] = {"sources": list(a["long_meetings"]), "kind": "natural_sources"}
+    if "fedsum" in p:
+        f = p["fedsum"]
+        for ds in f["datasets"]:
+            for alpha in f["alphas"]:
+                out[f"fedsum-{ds}-a{_alpha_name(alpha)}"] = {
+                    "sources": [ds], "kind": "dirichlet", "alpha": float(alpha),
+                    "total": int(f["total"]), "num_clients": int(f["num_clients"]),
+                }
+    if "fedmcp" in p:
+        out["fedmcp-crosstask"] = {"sources": ["glue"], "kind": "fedmcp", "tasks": list(p["fedmcp"]["tasks"])}
+    if "fedsumm" in p:
+        s = p["fedsumm"]
+        for corpus in s["corpora"]:
+            for n in s["num_clients"]:
+                out[f"fedsumm-{corpus}-n{n}"] = {"sources": [corpus], "kind": "fedsumm", "num_clients": int(n)}
+    return out
+
+
+def _ids_by(records: list[dict], key: str) -> dict[str, dict[str, list[str]]]:
+    out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        out[r[key]][r["split"]].append(r["id"])
+    return {k: dict(v) for k, v in out.items()}
+
+
+def build_manifest(setting: dict, record_files: dict[str, str], seed: int) -> P.Manifest:
+    """Build one setting's manifest ``{client: {split: [ids]}}`` from prepared record files."""
+    recs = {name: read_jsonl(path) for name, path in record_files.items()}
+    kind = setting["kind"]
+    if kind == "natural_qmsum":
+        return P.natural(_ids_by(recs["qmsum"], "client"))
+    if kind == "iid":
+        return P.iid_balanced(_ids_by(recs["qmsum"], "client"), setting["num_clients"], seed)
+    if kind == "noniid":
+        return P.noniid_balanced(_ids_by(recs["qmsum"], "client"), setting["sizes"], seed)
+    if kind == "natural_plus":  # the three QMSum domains plus one client per extra source
+        ids = _ids_by(recs["qmsum"], "client")
+        for name in setting["sources"][1:]:
+            ids[name] = _ids_by(recs[name], "source")[name]
+        return P.natural(ids)
+    if kind == "natural_sources":
+        ids = {}
+        for name in setting["sources"]:
+            ids.update(_ids_by(recs[name], "source"))
+        return P.natural(ids)
+    if kind == "dirichlet":
+        (name,) = setting["sources"]
+        by_split = _ids_by(recs[name], "source")[name]
+        clients = P.fedsum_scarcity(by_split["train"], setting["total"], setting["num_clients"], setting["alpha"], seed)
+        return {c: {"train": ids} for c, ids in clients.items()}
+    if kind == "fedmcp":
+        by_task = _ids_by(recs["glue"], "task")
+        missing = [t for t in setting["tasks"] if t not in by_task]
+        if missing:
+            raise InputError(f"FedMCP split needs GLUE tasks {missing}, not in the prepared GLUE records")
+        return P.fedmcp_cross_task({t: by_task[t] for t in setting["tasks"]}, seed)
+    if kind == "fedsumm":
+        (name,) = setting["sources"]
+        return P.fedsumm_clients(_ids_by(recs[name], "source")[name], setting["num_clients"], seed, name)
+    raise InputError(f"unknown partition kind {kind!r}")
+
+
+def shared_splits(setting: dict, record_files: dict[str, str]) -> dict[str, list[str]]:
+    """Splits every client is evaluated on (FedSum: the dataset's own validation and test sets)."""
+    if setting["kind"] != "dirichlet":
+        return {}
+    (name,) = setting["sources"]
+    by_split = _ids_by(read_jsonl(record_files[name]), "source")[name]
+    return {s: sorted(v) for s, v in by_split.items() if s != "train"}
+
+
+def write_setting(setting_name: str, setting: dict, record_files: dict[str, str], seed: int,
+                  out_path: str) -> P.Manifest:
+    """Build and write one setting's manifest (clients, shared evaluation splits, parameters)."""
+    manifest = build_manifest(setting, record_files, seed)
+    meta = {"setting": setting_name, "seed": seed, **setting,
+            "shared": shared_splits(setting, record_files)}
+    P.write_manifest(manifest, out_path, meta)
+    return manifest
+
+
+def records_path(source: str) -> str:
+    return str(Path("results") / "data" / source / "records.jsonl")
