@@ -26,6 +26,7 @@ rule prepare_source:
         report="results/data/{source}/prepare_report.json",
     params:
         skip_malformed=lambda wildcards: config["data"][wildcards.source].get("skip_malformed", False),
+        parse_options=lambda wildcards: wf.parse_options(config, wildcards.source),
     log:
         "logs/prepare_source/{source}.log",
     conda:

@@ -65,6 +65,13 @@ def source_raw_dir(config: dict, name: str) -> str:
     raise InputError(f"data.{name}.source must be samples, local or download; got {source!r}")
 
 
+def parse_options(config: dict, name: str) -> dict:
+    """Source-specific parser options taken from the config (QMSum: inclusive span ends)."""
+    if name == "qmsum":
+        return {"end_inclusive": bool(config["data"]["qmsum"].get("span_end_inclusive", True))}
+    return {}
+
+
 def qmsum_raw_dir(config: dict) -> str:
     return source_raw_dir(config, "qmsum")
 

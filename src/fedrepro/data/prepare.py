@@ -35,7 +35,7 @@ def data_files(raw_dir: str | Path) -> list[Path]:
 
 
 def prepare_source(name: str, raw_dir: str | Path, out_path: str, report_path: str,
-                   skip_malformed: bool = False) -> dict:
+                   skip_malformed: bool = False, parse_options: dict | None = None) -> dict:
     """Parse every data file of ``raw_dir`` with source ``name``; write records and a report.
 
     Records parsed twice (a parser that reads a pair of files, e.g. LCSTS's ``.src``/``.tgt``) are
@@ -48,7 +48,7 @@ def prepare_source(name: str, raw_dir: str | Path, out_path: str, report_path: s
     if not files:
         raise InputError(f"{raw_dir}: no data files for source {name!r} (config key {source.config_key})")
     for path in files:
-        records = source.parse(path, skip_malformed=skip_malformed)
+        records = source.parse(path, skip_malformed=skip_malformed, **(parse_options or {}))
         skipped.extend((f"{path}:{i}", why) for i, why in getattr(records, "skipped", []))
         for rec in records:
             old = by_id.get(rec["id"])
