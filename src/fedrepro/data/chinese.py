@@ -1652,6 +1652,7 @@ def _register() -> None:
                 upstream=upstream,
                 splits=splits,
                 lang="zh",
+                whole_folder=name in ("elitr", "thucnews"),
             )
         )
 

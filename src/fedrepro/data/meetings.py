@@ -1664,6 +1664,7 @@ def _register() -> None:
                 upstream=upstream,
                 splits=splits,
                 lang="en",
+                whole_folder=name in ("elitr", "thucnews"),
             )
         )
 

@@ -43,13 +43,14 @@ def prepare_source(name: str, raw_dir: str | Path, out_path: str, report_path: s
     """
     source = sources.get(name)
     by_id: dict[str, dict] = {}
-    skipped: list[tuple[str, str]] = []
-    files = data_files(raw_dir)
+    skipped: dict[tuple[str, str], str] = {}  # (item, reason) -> file; a file pair parsed twice counts once
+    files = [Path(raw_dir)] if source.whole_folder else data_files(raw_dir)
     if not files:
         raise InputError(f"{raw_dir}: no data files for source {name!r} (config key {source.config_key})")
     for path in files:
         records = source.parse(path, skip_malformed=skip_malformed, **(parse_options or {}))
-        skipped.extend((f"{path}:{i}", why) for i, why in getattr(records, "skipped", []))
+        for item, why in getattr(records, "skipped", []):
+            skipped.setdefault((str(item), why), str(path))
         for rec in records:
             old = by_id.get(rec["id"])
             if old is not None and old != rec:
@@ -62,7 +63,8 @@ def prepare_source(name: str, raw_dir: str | Path, out_path: str, report_path: s
         key = rec["split"] if source.kind == "seq2seq" else f"{rec['task']}/{rec['split']}"
         counts[key] = counts.get(key, 0) + 1
     report = {"source": name, "raw_dir": str(raw_dir), "files": [str(p) for p in files],
-              "counts": counts, "skipped": len(skipped), "skipped_examples": skipped[:20]}
+              "counts": counts, "skipped": len(skipped),
+              "skipped_examples": [[f, item, why] for (item, why), f in list(skipped.items())[:20]]}
     write_json_atomic(report_path, report)
     log.info("%s: %s (skipped %d)", name, counts, len(skipped))
     return report

@@ -57,6 +57,8 @@ class Source:
     upstream : hub id or URL and the pinned revision, for provenance and messages
     splits : the raw split names
     lang : ``"en"`` or ``"zh"``
+    whole_folder : the release is a folder tree that ``parse`` reads at once (ELITR's meeting
+        folders, THUCNews' one-file-per-article categories) instead of file by file
     """
 
     name: str
@@ -68,6 +70,7 @@ class Source:
     upstream: str
     splits: tuple[str, ...] = ("train", "val", "test")
     lang: str = "en"
+    whole_folder: bool = False
 
 
 class Records(list):
