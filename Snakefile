@@ -25,3 +25,7 @@ rule all:
         ADAFEDSELECKD_TABLES,
         "results/data/qmsum/table2_stats.csv",
         "results/stats/sources.csv",
+        expand(
+            "results/data/{source}/oracle_labels.jsonl",
+            source=config["partitions"]["fedsum"]["datasets"],
+        ),

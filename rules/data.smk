@@ -30,20 +30,6 @@ rule prepare_qmsum:
         "../workflow_scripts/prepare_qmsum.py"
 
 
-rule dataset_stats:
-    input:
-        raw=wf.qmsum_raw_dir(config),
-    output:
-        csv="results/data/qmsum/table2_stats.csv",
-        md="results/data/qmsum/table2_stats.md",
-    log:
-        "logs/dataset_stats/qmsum.log",
-    conda:
-        "../envs/data.yaml"
-    script:
-        "../workflow_scripts/dataset_stats.py"
-
-
 rule partition_adafedseleckd:
     input:
         "results/data/qmsum/{client}/{split}.jsonl",

@@ -51,19 +51,39 @@ rule partition_setting:
         "../workflow_scripts/partition_setting.py"
 
 
-rule data_stats:
+rule dataset_stats:
     input:
+        qmsum_raw=wf.qmsum_raw_dir(config),
         records=expand("results/data/{source}/records.jsonl", source=DATA_SOURCES),
         manifests=ALL_MANIFESTS,
     output:
+        table2_csv="results/data/qmsum/table2_stats.csv",
+        table2_md="results/data/qmsum/table2_stats.md",
         sources="results/stats/sources.csv",
         partitions="results/stats/partitions.csv",
         figures=directory("results/stats/figures"),
     params:
         sources=DATA_SOURCES,
     log:
-        "logs/data_stats/data_stats.log",
+        "logs/dataset_stats/dataset_stats.log",
     conda:
         "../envs/analysis.yaml"
     script:
-        "../workflow_scripts/data_stats.py"
+        "../workflow_scripts/dataset_stats.py"
+
+
+rule oracle_labels:
+    input:
+        "results/data/{source}/records.jsonl",
+    output:
+        "results/data/{source}/oracle_labels.jsonl",
+    wildcard_constraints:
+        source="cnndm|pubmed|wikihow|reddit_tifu",
+    params:
+        max_sentences=lambda wildcards: config["partitions"]["fedsum"]["oracle_sentences"][wildcards.source],
+    log:
+        "logs/oracle_labels/{source}.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/oracle_labels.py"

@@ -145,6 +145,14 @@ adafedseleckd:
 """
 
 
+def _demo_config_absolute() -> dict:
+    """The demo config with sample folders made absolute (the test runs in a scratch folder)."""
+    cfg = _configs()[0]
+    for name, d in cfg["data"].items():
+        d["samples_dir"] = str(ROOT / d.get("samples_dir", f"resources/samples/{name}"))
+    return cfg
+
+
 def _deep_update(base: dict, over: dict) -> None:
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
@@ -157,7 +165,7 @@ def _deep_update(base: dict, over: dict) -> None:
 def test_end_to_end_tiny_config_produces_table3(tmp_path):
     """Raw samples -> clients -> all five methods (three through Flower) -> ROUGE -> Table III."""
     cfg = tmp_path / "tiny.yaml"
-    base = _configs()[0]
+    base = _demo_config_absolute()
     _deep_update(base, yaml.safe_load(TINY_CONFIG.format(samples=ROOT / "resources" / "samples" / "qmsum")))
     cfg.write_text(yaml.safe_dump(base))
     res = _snakemake(
@@ -189,15 +197,13 @@ def test_end_to_end_tiny_config_produces_table3(tmp_path):
 
 
 @pytest.mark.slow
-def test_data_stats_rule_runs_every_source_and_split_setting_on_the_demo_config(tmp_path):
+def test_dataset_stats_rule_runs_every_source_and_split_setting_on_the_demo_config(tmp_path):
     """Every source's samples are parsed and every split setting of the four papers is built."""
-    cfg = _configs()[0]
-    for name, d in cfg["data"].items():
-        d["samples_dir"] = str(ROOT / d.get("samples_dir", f"resources/samples/{name}"))
+    cfg = _demo_config_absolute()
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = _snakemake("--cores", "2", "--configfile", str(path), "--directory", str(tmp_path),
-                     "data_stats", timeout=600)
+                     "dataset_stats", "results/data/cnndm/oracle_labels.jsonl", timeout=600)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     import pandas as pd
 
@@ -213,5 +219,7 @@ def test_data_stats_rule_runs_every_source_and_split_setting_on_the_demo_config(
     fedsum = part[(part.setting == "fedsum-cnndm-a0.1") & (part.split == "train")]
     assert len(fedsum) == cfg["partitions"]["fedsum"]["num_clients"]
     assert fedsum["examples"].sum() == cfg["partitions"]["fedsum"]["total"] and (fedsum["examples"] > 0).all()
+    labels = [json.loads(line) for line in (tmp_path / "results/data/cnndm/oracle_labels.jsonl").open()]
+    assert labels and all(len(r["labels"]) == len(r["sentences"]) and 1 <= sum(r["labels"]) <= 3 for r in labels)
     figures = list((tmp_path / "results/stats/figures").glob("*.png"))
     assert len(figures) == part["setting"].nunique()

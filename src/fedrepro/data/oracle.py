@@ -66,3 +66,20 @@ def oracle_labels(sentences: Sequence[str], reference: str, max_sentences: int =
     """0/1 label per sentence (1 = in the oracle summary)."""
     chosen = set(greedy_oracle(sentences, reference, max_sentences))
     return [int(i in chosen) for i in range(len(sentences))]
+
+
+def write_oracle_labels(records_path: str, out_path: str, max_sentences: int) -> int:
+    """Oracle labels for every record of a prepared source: ``{id, sentences, labels}`` per line.
+
+    Sentences come from ``meta["sentences"]`` (set by the English parsers from the raw release's
+    own sentence boundaries); a record without them is an error naming the record.
+    """
+    from fedrepro.io import InputError, read_jsonl, write_jsonl_atomic
+
+    out = []
+    for rec in read_jsonl(records_path):
+        sents = (rec.get("meta") or {}).get("sentences")
+        if not sents:
+            raise InputError(f"{records_path}: record {rec.get('id')} has no meta.sentences to label")
+        out.append({"id": rec["id"], "sentences": sents, "labels": oracle_labels(sents, rec["target"], max_sentences)})
+    return write_jsonl_atomic(out_path, out)
