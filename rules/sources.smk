@@ -55,6 +55,7 @@ rule dataset_stats:
     input:
         qmsum_raw=wf.qmsum_raw_dir(config),
         records=expand("results/data/{source}/records.jsonl", source=DATA_SOURCES),
+        reports=expand("results/data/{source}/prepare_report.json", source=DATA_SOURCES),
         manifests=ALL_MANIFESTS,
     output:
         table2_csv="results/data/qmsum/table2_stats.csv",

@@ -223,3 +223,24 @@ def test_dataset_stats_rule_runs_every_source_and_split_setting_on_the_demo_conf
     assert labels and all(len(r["labels"]) == len(r["sentences"]) and 1 <= sum(r["labels"]) <= 3 for r in labels)
     figures = list((tmp_path / "results/stats/figures").glob("*.png"))
     assert len(figures) == part["setting"].nunique()
+
+
+@pytest.mark.slow
+def test_download_rule_offline_fails_fast_and_leaves_nothing(tmp_path):
+    cfg = _demo_config_absolute()
+    cfg["data"]["samsum"] = {"source": "download", "download_timeout_s": 5}
+    path = tmp_path / "dl.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    import time
+
+    t0 = time.time()
+    res = subprocess.run(
+        [SNAKEMAKE, "--cores", "1", "--configfile", str(path), "--directory", str(tmp_path),
+         "--retries", "0", "results/data/samsum/records.jsonl"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert res.returncode != 0
+    assert time.time() - t0 < 60
+    log = (tmp_path / "logs/download_source/samsum.log").read_text()
+    assert "samsum" in log.lower() and "data.samsum.local_dir" in log
+    assert not (tmp_path / "resources" / "downloads" / "samsum").exists()

@@ -10,4 +10,5 @@ write_data_stats(
     snakemake.output.sources,
     snakemake.output.partitions,
     snakemake.output.figures,
+    reports=dict(zip(snakemake.params.sources, snakemake.input.reports)),
 )

@@ -79,8 +79,13 @@ def write_data_stats(
     sources_csv: str,
     partitions_csv: str,
     figure_dir: str,
+    reports: dict[str, str] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-source and per-setting statistics (CSV) and one client-size figure per setting."""
+    """Per-source and per-setting statistics (CSV) and one client-size figure per setting.
+
+    ``reports`` (source → ``prepare_report.json``) adds the number of malformed records each
+    source's preparation skipped (``skip_malformed``) as a ``skipped`` column.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,6 +100,8 @@ def write_data_stats(
         recs = read_jsonl(path)
         table = records_table(recs, lang, "client")
         table.insert(0, "source", name)
+        if reports and name in reports:
+            table["skipped_in_source"] = read_json(reports[name])["skipped"]
         per_source.append(table)
         for r in recs:
             by_id[r["id"]] = r
