@@ -597,3 +597,22 @@ def write_jsonl_ordered(path: str | os.PathLike, objs: Sequence[dict]) -> int:
 def pick(rng: Any, seq: Sequence[Any]) -> Any:
     """``rng.choice`` spelled once (keeps the generators short)."""
     return seq[rng.randrange(len(seq))]
+
+
+def register_source(name, parse, download, write_samples, config_key, upstream, splits) -> None:
+    """Register one English summarization source (every module of this family has the same shape)."""
+    from fedrepro.data import sources
+
+    sources.register(
+        sources.Source(
+            name=name,
+            kind="seq2seq",
+            parse=parse,
+            download=download,
+            write_samples=write_samples,
+            config_key=config_key,
+            upstream=upstream,
+            splits=tuple(splits),
+            lang="en",
+        )
+    )

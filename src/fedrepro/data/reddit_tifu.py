@@ -241,22 +241,8 @@ def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
     return {"train": en.write_jsonl_ordered(out_dir / "train.jsonl", objs)}
 
 
-def _register() -> None:
-    from fedrepro.data import sources
-
-    sources.register(
-        sources.Source(
-            name=NAME,
-            kind="seq2seq",
-            parse=parse,
-            download=download,
-            write_samples=write_samples,
-            config_key=CONFIG_KEY,
-            upstream=f"https://huggingface.co/datasets/{HUB_ID} (config {CONFIG}) @ {REVISION}",
-            splits=SPLITS,
-            lang="en",
-        )
-    )
-
-
-_register()
+en.register_source(
+    NAME, parse, download, write_samples, CONFIG_KEY,
+    upstream=f"https://huggingface.co/datasets/{HUB_ID} (config {CONFIG}) @ {REVISION}",
+    splits=SPLITS,
+)

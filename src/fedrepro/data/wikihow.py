@@ -394,22 +394,8 @@ def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
     return counts
 
 
-def _register() -> None:
-    from fedrepro.data import sources
-
-    sources.register(
-        sources.Source(
-            name=NAME,
-            kind="seq2seq",
-            parse=parse,
-            download=download,
-            write_samples=write_samples,
-            config_key=CONFIG_KEY,
-            upstream=f"https://github.com/{REPO} @ {COMMIT} (split lists) + wikihowAll.csv from {MANUAL_URL}",
-            splits=en.SPLITS,
-            lang="en",
-        )
-    )
-
-
-_register()
+en.register_source(
+    NAME, parse, download, write_samples, CONFIG_KEY,
+    upstream=f"https://github.com/{REPO} @ {COMMIT} (split lists) + wikihowAll.csv from {MANUAL_URL}",
+    splits=en.SPLITS,
+)
