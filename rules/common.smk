@@ -46,18 +46,13 @@ def cell_params(wildcards):
 
 
 def cell_partition_inputs(wildcards):
-    cell = cell_params(wildcards)
-    return [
-        f"{folder}/{split}.jsonl"
-        for folder in cell["client_data"].values()
-        for split in SPLITS
-    ]
+    return wf.clients_dir(wildcards.partition, wildcards.seed)
 
 
 def backbone_inputs(wildcards):
     """A tiny backbone is trained on the demo's training text; a hub backbone needs no input."""
     if wf.backbone_settings(config, wildcards.backbone)["kind"] == "tiny":
-        return expand("results/data/qmsum/{client}/train.jsonl", client=QMSUM_DOMAINS)
+        return ["results/data/qmsum/records.jsonl"]
     return []
 
 

@@ -13,31 +13,17 @@ rule download_qmsum:
         "../workflow_scripts/download_qmsum.py"
 
 
-rule prepare_qmsum:
+rule client_files:
     input:
-        raw=wf.qmsum_raw_dir(config),
+        manifest="results/partitions/{setting}/seed~{seed}/manifest.json",
+        records=lambda wildcards: setting_record_files(wildcards).values(),
     output:
-        expand(
-            "results/data/qmsum/{client}/{split}.jsonl", client=QMSUM_DOMAINS, split=SPLITS
-        ),
+        directory("results/partitions/{setting}/seed~{seed}/clients"),
     params:
-        span_end_inclusive=config["data"]["qmsum"].get("span_end_inclusive", True),
+        record_files=setting_record_files,
     log:
-        "logs/prepare_qmsum/prepare.log",
+        "logs/client_files/{setting}/seed~{seed}.log",
     conda:
         "../envs/data.yaml"
     script:
-        "../workflow_scripts/prepare_qmsum.py"
-
-
-rule partition_adafedseleckd:
-    input:
-        "results/data/qmsum/{client}/{split}.jsonl",
-    output:
-        "results/partitions/adafedseleckd/{partition}/{client}/{split}.jsonl",
-    log:
-        "logs/partition_adafedseleckd/{partition}/{client}/{split}.log",
-    conda:
-        "../envs/data.yaml"
-    script:
-        "../workflow_scripts/partition_adafedseleckd.py"
+        "../workflow_scripts/client_files.py"

@@ -13,6 +13,7 @@ from fedrepro.io import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {
+    "data": {"qmsum": {"source": "samples"}},
     "partitions": {
         "adafedseleckd": {"iid_clients": 3, "noniid_sizes": {"train": 20, "val": 4, "test": 4},
                           "long_meetings": ["ami"]},
@@ -80,3 +81,17 @@ def test_stats_tables_and_figures(qmsum_records, tmp_path):
 def test_lengths_are_words_in_english_and_characters_in_chinese():
     assert text_length("the cat sat", "en") == 3
     assert text_length("我们 开会", "zh") == 4
+
+
+def test_materialize_writes_each_clients_own_folder(qmsum_records, tmp_path):
+    from fedrepro.data.partition import materialize
+    from fedrepro.io import read_jsonl
+
+    manifest = tmp_path / "m.json"
+    write_setting("adafedseleckd-iid", settings(CONFIG)["adafedseleckd-iid"], {"qmsum": qmsum_records}, 2, str(manifest))
+    counts = materialize(str(manifest), [qmsum_records], str(tmp_path / "clients"))
+    assert sorted(counts) == ["client1", "client2", "client3"]
+    assert sum(c["train"] for c in counts.values()) == 120
+    rows = read_jsonl(tmp_path / "clients" / "client2" / "test.jsonl")
+    assert rows and all(r["client"] == "client2" for r in rows)
+    assert {r["id"].split("-")[1] for r in rows} == {"Academic", "Committee", "Product"}  # IID: every domain

@@ -85,8 +85,13 @@ def setting_seeds(config: dict) -> list[int]:
     return list((config.get("partitions") or {}).get("seeds", config["seeds"]))
 
 
-def partition_dir(partition: str, client: str) -> str:
-    return f"{RESULTS}/partitions/adafedseleckd/{partition}/{client}"
+def clients_dir(partition: str, seed: int | str) -> str:
+    """Per-client files of an AdaFedSelecKD split setting (re-drawn per seed where it is random)."""
+    return f"{RESULTS}/partitions/adafedseleckd-{partition}/seed~{seed}/clients"
+
+
+def partition_dir(partition: str, client: str, seed: int | str) -> str:
+    return f"{clients_dir(partition, seed)}/{client}"
 
 
 # -- the AdaFedSelecKD grid -----------------------------------------------------------------
@@ -144,7 +149,7 @@ def make_cell(config: dict, partition: str, backbone: str, method: str, scope: s
         "partition": partition,
         "clients": clients,
         "eval_clients": clients,
-        "client_data": {c: partition_dir(partition, c) for c in clients},
+        "client_data": {c: partition_dir(partition, c, seed) for c in clients},
         "adapter_top_k": int(bb["adapter_top_k"]),
         "bottleneck": int(bb["bottleneck"]),
         "max_source_length": int(min(a["max_source_length"], bb["max_source_length"])),

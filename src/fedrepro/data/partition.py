@@ -180,24 +180,24 @@ def write_manifest(manifest: Manifest, path: str, meta: dict) -> None:
     write_json_atomic(path, {"meta": meta, "clients": manifest})
 
 
-def materialize(records_by_id: Mapping[str, dict], ids: Sequence[str], out_path: str, client: str) -> int:
-    """Write one client's split: the records of ``ids`` with ``client`` set, in id order."""
-    missing = [i for i in ids if i not in records_by_id]
-    if missing:
-        raise InputError(f"partition refers to unknown record ids (first: {missing[0]})")
-    return write_jsonl_atomic(out_path, [dict(records_by_id[i], client=client) for i in sorted(ids)])
+def materialize(manifest_path: str, record_files: Sequence[str], out_dir: str) -> dict[str, dict[str, int]]:
+    """Write ``out_dir/<client>/<split>.jsonl`` for every client of a manifest (folder atomically).
 
-
-def natural_partition(records_path: str, out_path: str, client: str) -> int:
-    """Write ``client``'s records (one domain = one client) to the client's own partition file.
-
-    Every record must already belong to ``client``; a stray record is an error, not silently moved.
+    Each client reads only its own folder; records get the client's name in ``client``.
     """
-    records = read_jsonl(records_path)
-    stray = [r.get("id") for r in records if r.get("client") != client]
-    if stray:
-        raise InputError(
-            f"{records_path}: {len(stray)} records do not belong to client {client!r} "
-            f"(first: {stray[0]}); the prepared file and the partition disagree"
-        )
-    return write_jsonl_atomic(out_path, sorted(records, key=lambda r: r["id"]))
+    from pathlib import Path
+
+    from fedrepro.io import atomic_dir, read_json
+
+    by_id = {r["id"]: r for f in record_files for r in read_jsonl(f)}
+    clients = read_json(manifest_path)["clients"]
+    counts: dict[str, dict[str, int]] = {}
+    with atomic_dir(out_dir) as tmp:
+        for client, splits in clients.items():
+            for split, ids in splits.items():
+                missing = [i for i in ids if i not in by_id]
+                if missing:
+                    raise InputError(f"{manifest_path}: unknown record id {missing[0]} for client {client}")
+                rows = [dict(by_id[i], client=client) for i in sorted(ids)]
+                counts.setdefault(client, {})[split] = write_jsonl_atomic(Path(tmp) / client / f"{split}.jsonl", rows)
+    return counts

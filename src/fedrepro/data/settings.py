@@ -26,9 +26,10 @@ def settings(config: dict) -> dict[str, dict]:
     """``{setting name: {"sources": [...], "kind": ..., params}}`` for every split in the config."""
     p = config.get("partitions") or {}
     out: dict[str, dict] = {}
+    if "qmsum" in (config.get("data") or {}):  # AdaFedSelecKD's main setting needs no parameters
+        out["adafedseleckd-domains"] = {"sources": ["qmsum"], "kind": "natural_qmsum"}
     if "adafedseleckd" in p:
         a = p["adafedseleckd"]
-        out["adafedseleckd-domains"] = {"sources": ["qmsum"], "kind": "natural_qmsum"}
         out["adafedseleckd-iid"] = {"sources": ["qmsum"], "kind": "iid", "num_clients": int(a["iid_clients"])}
         out["adafedseleckd-noniid"] = {"sources": ["qmsum"], "kind": "noniid", "sizes": dict(a["noniid_sizes"])}
         out["adafedseleckd-extreme"] = {"sources": ["qmsum", "samsum"], "kind": "natural_plus"}

@@ -252,7 +252,7 @@ def prepare_backbone_from_files(settings: dict, train_files: Sequence[str], out_
     (vocabulary only) and is warmed up on the training *inputs* only (never on summaries)."""
     from fedrepro.io import read_jsonl
 
-    records = [r for f in train_files for r in read_jsonl(f)]
+    records = [r for f in train_files for r in read_jsonl(f) if r.get("split", "train") == "train"]
     tokenizer_texts = [r["input"] for r in records] + [r["target"] for r in records]
     warmup_texts = [r["input"] for r in records]
     return prepare_backbone(settings, tokenizer_texts, out_dir, warmup_texts=warmup_texts)
