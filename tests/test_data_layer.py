@@ -37,7 +37,8 @@ def test_settings_enumerate_every_paper_split():
     names = set(settings(CONFIG))
     assert {"adafedseleckd-domains", "adafedseleckd-iid", "adafedseleckd-noniid",
             "adafedseleckd-extreme", "adafedseleckd-long"} <= names
-    assert {"fedsum-cnndm-a0.1", "fedsum-cnndm-ainf", "fedsumm-csl-n4", "fedsumm-csl-n50"} <= names
+    assert {"fedsum-cnndm-a0.1", "fedsum-cnndm-ainf", "fedsumm-csl-n4", "fedsumm-csl-n50",
+            "fedsumm-csl-n4-single", "fedsumm-csl-n4-all"} <= names
 
 
 @pytest.mark.parametrize("name", ["adafedseleckd-domains", "adafedseleckd-iid", "adafedseleckd-noniid"])
@@ -95,3 +96,19 @@ def test_materialize_writes_each_clients_own_folder(qmsum_records, tmp_path):
     rows = read_jsonl(tmp_path / "clients" / "client2" / "test.jsonl")
     assert rows and all(r["client"] == "client2" for r in rows)
     assert {r["id"].split("-")[1] for r in rows} == {"Academic", "Committee", "Product"}  # IID: every domain
+
+
+def test_fedsumm_single_and_all_regimes_come_from_the_n_client_split(tmp_path):
+    from fedrepro.io import write_jsonl_atomic
+
+    recs = [{"id": f"csl-{s}-{i:03d}", "source": "csl", "client": "csl", "split": s, "input": "x", "target": "y"}
+            for s, n in (("train", 40), ("test", 8)) for i in range(n)]
+    path = tmp_path / "csl.jsonl"
+    write_jsonl_atomic(path, recs)
+    st = settings(CONFIG)
+    n4 = write_setting("n4", st["fedsumm-csl-n4"], {"csl": str(path)}, 1, str(tmp_path / "a.json"))
+    single = write_setting("s", st["fedsumm-csl-n4-single"], {"csl": str(path)}, 1, str(tmp_path / "b.json"))
+    union = write_setting("u", st["fedsumm-csl-n4-all"], {"csl": str(path)}, 1, str(tmp_path / "c.json"))
+    assert len(n4) == 4 and all(len(v["train"]) == 10 for v in n4.values())
+    assert single == {"csl-001": n4["csl-001"]}
+    assert sorted(union["csl-all"]["train"]) == sorted(r["id"] for r in recs if r["split"] == "train")

@@ -49,6 +49,10 @@ def settings(config: dict) -> dict[str, dict]:
         for corpus in s["corpora"]:
             for n in s["num_clients"]:
                 out[f"fedsumm-{corpus}-n{n}"] = {"sources": [corpus], "kind": "fedsumm", "num_clients": int(n)}
+                # FedSUMM's non-federated regimes over the same N-client split: "single" trains on
+                # one client's data (the first client), "all" on the union of every client's data
+                out[f"fedsumm-{corpus}-n{n}-single"] = {"sources": [corpus], "kind": "fedsumm_single", "num_clients": int(n)}
+                out[f"fedsumm-{corpus}-n{n}-all"] = {"sources": [corpus], "kind": "fedsumm_all", "num_clients": int(n)}
     return out
 
 
@@ -90,9 +94,19 @@ def build_manifest(setting: dict, record_files: dict[str, str], seed: int) -> P.
         if missing:
             raise InputError(f"FedMCP split needs GLUE tasks {missing}, not in the prepared GLUE records")
         return P.fedmcp_cross_task({t: by_task[t] for t in setting["tasks"]}, seed)
-    if kind == "fedsumm":
+    if kind in ("fedsumm", "fedsumm_single", "fedsumm_all"):
         (name,) = setting["sources"]
-        return P.fedsumm_clients(_ids_by(recs[name], "source")[name], setting["num_clients"], seed, name)
+        clients = P.fedsumm_clients(_ids_by(recs[name], "source")[name], setting["num_clients"], seed, name)
+        if kind == "fedsumm_single":
+            first = sorted(clients)[0]
+            return {first: clients[first]}
+        if kind == "fedsumm_all":
+            union: dict[str, list[str]] = defaultdict(list)
+            for splits in clients.values():
+                for split, ids in splits.items():
+                    union[split].extend(ids)
+            return {f"{name}-all": {k: sorted(v) for k, v in union.items()}}
+        return clients
     raise InputError(f"unknown partition kind {kind!r}")
 
 
