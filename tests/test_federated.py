@@ -17,7 +17,7 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 import helpers
 from fedrepro.fl.cell import load_final_adapters, run_cell
 from fedrepro.fl.strategy import SortedCheckpointFedAvg, checkpoint_paths
-from fedrepro.fl.task import get_model, load_state
+from fedrepro.fl.task import get_model
 
 pytestmark = pytest.mark.slow
 

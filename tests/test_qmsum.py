@@ -204,14 +204,6 @@ def test_resolve_raw_dir_layouts(tmp_path):
         qmsum.resolve_raw_dir(None)
 
 
-def test_prepare_writes_normalized_files(tmp_path):
-    counts = qmsum.prepare(SAMPLES, tmp_path / "out")
-    assert counts == {d: {"train": 40, "val": 10, "test": 10} for d in qmsum.DOMAINS}
-    lines = (tmp_path / "out" / "Committee" / "test.jsonl").read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 10 and json.loads(lines[0])["client"] == "Committee"
-
-
-# -- Table II ---------------------------------------------------------------------------------------
 def test_table2_stats_on_samples_has_paper_columns():
     df = qmsum.table2_stats(SAMPLES)
     ref = qmsum.load_table2_reference()

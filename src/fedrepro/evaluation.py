@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 from fedrepro.data.seq2seq import collate
 from fedrepro.fl.cell import config_hash, load_final_adapters

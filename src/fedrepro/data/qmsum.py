@@ -26,7 +26,6 @@ or the project's generated samples (:mod:`fedrepro.data.samples`), which use the
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -38,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from fedrepro.data.download import DownloadError, fetch_url
-from fedrepro.io import InputError, atomic_dir, iter_jsonl, write_jsonl_atomic
+from fedrepro.io import InputError, atomic_dir, iter_jsonl
 
 __all__ = [
     "CONFIG_KEY",
@@ -54,7 +53,6 @@ __all__ = [
     "load_pairs",
     "load_table2_reference",
     "parse_meeting",
-    "prepare",
     "raw_file",
     "resolve_raw_dir",
     "table2_stats",
@@ -417,27 +415,6 @@ def load_pairs(
     ``raw_root`` may be in any layout :func:`resolve_raw_dir` accepts.
     """
     return parse_file(raw_file(raw_root, domain, split), end_inclusive=end_inclusive)
-
-
-def prepare(
-    raw_root: str | os.PathLike, out_dir: str | os.PathLike, end_inclusive: bool = True
-) -> dict[str, dict[str, int]]:
-    """Write normalized ``out_dir/<Domain>/<split>.jsonl`` for all domains and splits.
-
-    Every file is parsed (and so validated) before the first one is written; each is written
-    atomically. Returns ``{domain: {split: n_pairs}}``.
-    """
-    out_dir = Path(out_dir)
-    parsed = {
-        (d, s): load_pairs(raw_root, d, s, end_inclusive=end_inclusive)
-        for d in DOMAINS
-        for s in SPLITS
-    }
-    counts: dict[str, dict[str, int]] = {d: {} for d in DOMAINS}
-    for (d, s), records in parsed.items():
-        counts[d][s] = write_jsonl_atomic(out_dir / d / f"{s}.jsonl", records)
-        log.info("QMSum %s/%s: %d pairs", d, s, counts[d][s])
-    return counts
 
 
 # -- Table II ---------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def client_split_path(cell: dict, client: str, split: str) -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _cached_examples(path: str, tokenizer_dir: str, max_source: int, max_target: int) -> tuple:
-    tokenizer, _ = _tokenizer_only(tokenizer_dir)
+    tokenizer = _tokenizer(tokenizer_dir)
     records = read_jsonl(path)
     if not records:
         raise InputError(f"{path}: no records; the client's partition is empty")
@@ -68,10 +68,10 @@ def _cached_examples(path: str, tokenizer_dir: str, max_source: int, max_target:
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer_only(backbone_dir: str):
+def _tokenizer(backbone_dir: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(backbone_dir), None
+    return AutoTokenizer.from_pretrained(backbone_dir)
 
 
 def client_examples(cell: dict, client: str, split: str) -> tuple:
