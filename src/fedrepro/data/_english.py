@@ -30,29 +30,17 @@ import logging
 import os
 import re
 import shutil
-import socket
-import threading
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedrepro.data.download import DownloadError
-from fedrepro.data.sources import Records
+from fedrepro.data.download import DownloadError, check_reachable
+from fedrepro.data.sources import SPLIT_ALIASES, Records
 from fedrepro.io import InputError, atomic_dir, write_text_atomic
 
 log = logging.getLogger(__name__)
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
-SPLIT_ALIASES: dict[str, str] = {
-    "train": "train",
-    "training": "train",
-    "val": "val",
-    "valid": "val",
-    "validation": "val",
-    "dev": "val",
-    "test": "test",
-}
 DATA_SUFFIXES: tuple[str, ...] = (".json", ".jsonl", ".txt", ".csv", ".parquet")
 
 
@@ -467,26 +455,8 @@ def _offline_env() -> bool:
 
 
 def probe(url: str, timeout: float) -> None:
-    """Resolve and connect to ``url``'s host within ``timeout`` seconds (in a helper thread, since
-    name resolution ignores socket timeouts); raise ``OSError``/``TimeoutError`` otherwise."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    result: dict[str, BaseException] = {}
-
-    def worker() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            result["exc"] = exc
-
-    t = threading.Thread(target=worker, name="fedrepro-probe", daemon=True)
-    t.start()
-    t.join(timeout + 0.5)
-    if t.is_alive():
-        raise TimeoutError(f"no connection to {host}:{port} within {timeout:g} s")
-    if "exc" in result:
-        raise result["exc"]
+    """Connect to ``url``'s host within ``timeout`` seconds or raise (see download.check_reachable)."""
+    check_reachable(url, timeout)
 
 
 def hub_download(

@@ -49,18 +49,15 @@ import os
 import random
 import re
 import shutil
-import socket
 import sys
-import threading
-import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from fedrepro.data.download import DownloadError, fetch_url
-from fedrepro.data.sources import Records
+from fedrepro.data.download import check_reachable as _check_reachable
+from fedrepro.data.sources import SPLIT_ALIASES, Records
 from fedrepro.io import InputError, atomic_dir, write_text_atomic
 
 __all__ = [
@@ -141,16 +138,7 @@ THUCNEWS_CATEGORIES: dict[str, str] = {
 }
 """The 14 THUCNews category folders and the ASCII slugs used in record ids."""
 
-_SPLIT_WORDS: dict[str, str] = {
-    "train": "train",
-    "training": "train",
-    "dev": "val",
-    "val": "val",
-    "valid": "val",
-    "validation": "val",
-    "test": "test",
-    "testing": "test",
-}
+_SPLIT_WORDS: dict[str, str] = SPLIT_ALIASES
 
 
 def _config_key(name: str) -> str:
@@ -268,34 +256,7 @@ def _iter_json_lines(path: Path, bad: _Malformed) -> Iterator[tuple[int, dict]]:
 
 
 # == downloads ===================================================================================
-def _check_reachable(url: str, timeout: float) -> None:
-    """Connect to ``url``'s host within ``timeout`` seconds (name resolution included) or raise.
 
-    The hub client retries a failed connection for ~20 s; this check makes an offline machine fail
-    within ``timeout`` instead.
-    """
-    parsed = urlparse(url)
-    host = parsed.hostname or ""
-    proxy = urllib.request.getproxies().get(parsed.scheme)
-    if proxy and not urllib.request.proxy_bypass(host):  # the client will go through the proxy
-        parsed = urlparse(proxy if "://" in proxy else f"http://{proxy}")
-        host = parsed.hostname or ""
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    result: dict[str, BaseException] = {}
-
-    def worker() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            result["exc"] = exc
-
-    thread = threading.Thread(target=worker, name="fedrepro-reachable", daemon=True)
-    thread.start()
-    thread.join(timeout + 1.0)
-    if thread.is_alive():
-        raise TimeoutError(f"no connection to {host}:{port} within {timeout:g} s")
-    if "exc" in result:
-        raise OSError(f"cannot reach {host}:{port} ({result['exc']})") from result["exc"]
 
 
 def _hub_download(

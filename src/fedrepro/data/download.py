@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import http.client
 import os
+import socket
 import tempfile
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -145,3 +147,33 @@ def fetch_url(
                     folder.rmdir()
             except OSError:
                 break
+
+
+def check_reachable(url: str, timeout: float) -> None:
+    """Connect to ``url``'s host within ``timeout`` seconds (name resolution included) or raise.
+
+    The hub client retries a failed connection for ~20 s; this check makes an offline machine fail
+    within ``timeout`` instead.
+    """
+    parsed = urllib.parse.urlsplit(url)
+    host = parsed.hostname or ""
+    proxy = urllib.request.getproxies().get(parsed.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):  # the client will go through the proxy
+        parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host = parsed.hostname or ""
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    result: dict[str, BaseException] = {}
+
+    def worker() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            result["exc"] = exc
+
+    thread = threading.Thread(target=worker, name="fedrepro-reachable", daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)
+    if thread.is_alive():
+        raise TimeoutError(f"no connection to {host}:{port} within {timeout:g} s")
+    if "exc" in result:
+        raise OSError(f"cannot reach {host}:{port} ({result['exc']})") from result["exc"]

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrepro.data.download import DownloadError, fetch_url
-from fedrepro.data.sources import Records
+from fedrepro.data.sources import SPLIT_ALIASES, Records
 from fedrepro.io import InputError, atomic_dir, atomic_path, write_text_atomic
 
 __all__ = [
@@ -93,16 +93,7 @@ def _config_key(name: str) -> str:
 # ==================================================================================================
 # shared helpers
 # ==================================================================================================
-_SPLIT_ALIASES: dict[str, str] = {
-    "train": "train",
-    "training": "train",
-    "val": "val",
-    "valid": "val",
-    "validation": "val",
-    "dev": "val",
-    "test": "test",
-    "test2": "test",  # ELITR's second test set
-}
+_SPLIT_ALIASES: dict[str, str] = SPLIT_ALIASES
 
 
 def _split_of(path: Path) -> str:

@@ -73,6 +73,20 @@ class Source:
     whole_folder: bool = False
 
 
+SPLIT_ALIASES: dict[str, str] = {
+    "train": "train",
+    "training": "train",
+    "val": "val",
+    "valid": "val",
+    "validation": "val",
+    "dev": "val",
+    "test": "test",
+    "testing": "test",
+    "test2": "test",  # ELITR's second test set
+}
+"""Raw split names of the releases → the normalized split of a record."""
+
+
 class Records(list):
     """The records ``parse`` returns; ``skipped`` lists ``(record id or line, reason)`` for the
     malformed records dropped when the caller asked for ``skip_malformed=True``."""
