@@ -265,3 +265,27 @@ def test_fedmcp_z_is_the_received_average_not_the_training_adapter():
         _, z_ref = ref(b["input_ids"], b["attention_mask"], mode="global")
     assert torch.allclose(z, z_ref, atol=1e-6)
     assert all(torch.equal(moved[k], v) for k, v in m.shared_state().items())  # untouched
+
+
+def test_fedmcp_z_is_the_received_server_average_on_every_batch_of_the_round():
+    """Z (eq. 5) comes from the averaged global adapter received this round, not from the adapter
+    being trained: the state used for Z must equal the server state on the 2nd and 3rd batch too."""
+    model = build("FedMCP")
+    server = perturbed(model.shared_state(), seed=9)
+    seen = []
+    original = model.representation_with_global
+
+    def spy(state, *args, **kwargs):
+        seen.append(OrderedDict((k, v.detach().clone()) for k, v in state.items()))
+        return original(state, *args, **kwargs)
+
+    model.representation_with_global = spy
+    local_update(model, "FedMCP", make_batches(n=3), HP, server)
+    assert len(seen) == 3
+    expected = OrderedDict((k[len("global."):], v) for k, v in server.items())
+    for state in seen:
+        assert state.keys() == expected.keys()
+        assert all(torch.equal(state[k], expected[k]) for k in expected)
+    # ...while the client's own global adapter has moved away from it
+    after = model.shared_state()
+    assert any(not torch.equal(after[k], server[k]) for k in server)
