@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 
 from fedrepro.data.seq2seq import collate
 from fedrepro.fl.cell import config_hash, load_final_adapters
-from fedrepro.fl.task import client_examples, configure_torch, get_model, special_ids
+from fedrepro.fl.task import (
+    client_examples,
+    client_split_path,
+    configure_torch,
+    get_model,
+    special_ids,
+)
 from fedrepro.io import read_jsonl, write_json_atomic, write_jsonl_atomic
 from fedrepro.metrics.rouge import rouge_scores
 from fedrepro.algorithms.adafedseleckd import get_method
@@ -50,7 +55,7 @@ def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_o
     rows, per_client = [], {}
     for client in cell["eval_clients"]:
         model.load_adapter_state("local", finals[client])
-        records = read_jsonl(Path(cell["client_data"][client]) / "test.jsonl")
+        records = read_jsonl(client_split_path(cell, client, "test"))
         examples = list(client_examples(cell, client, "test"))
         preds = generate_summaries(model, tokenizer, examples, gen, int(gen["batch_size"]))
         refs = [r["target"] for r in records]

@@ -79,6 +79,9 @@ class AdapterSummarizer(nn.Module):
                     self._kv_memos.append(memo)
             decoder.layers[idx] = AdaptedDecoderLayer(decoder.layers[idx], self.router, j)
         self.is_led = type(backbone).__name__.startswith("LED")
+        bias = getattr(backbone, "final_logits_bias", None)
+        # BART/LED ship an all-zero logits bias: decided once here, not on every forward
+        self._use_logits_bias = bias is not None and bool(bias.any())
         self.backbone.eval()
 
     # -- modes and parameters -------------------------------------------------------------
@@ -157,9 +160,8 @@ class AdapterSummarizer(nn.Module):
         if final_norm is not None:
             hidden = final_norm(hidden)
         logits = self.backbone.lm_head(hidden)
-        bias = getattr(self.backbone, "final_logits_bias", None)
-        if bias is not None and bool(bias.any()):  # BART/LED ship an all-zero bias: skip the pass
-            logits = logits + bias.to(logits.dtype)
+        if self._use_logits_bias:
+            logits = logits + self.backbone.final_logits_bias.to(logits.dtype)
         return logits
 
     def path_logits(
