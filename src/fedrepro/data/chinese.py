@@ -57,7 +57,7 @@ from typing import Any
 
 from fedrepro.data.download import DownloadError, fetch_url
 from fedrepro.data.download import check_reachable as _check_reachable
-from fedrepro.data.sources import SPLIT_ALIASES, Records
+from fedrepro.data.sources import SPLIT_ALIASES, Records, split_token
 from fedrepro.io import InputError, atomic_dir, write_text_atomic
 
 __all__ = [
@@ -195,9 +195,9 @@ def _record(name: str, split: str, key: str, text: str, target: str, **meta: Any
 
 def _split_from_name(path: Path, stem: str) -> str:
     """The normalised split named by a word of ``stem`` (``test_public`` -> test, ``dev`` -> val)."""
-    for token in re.split(r"[^a-z0-9]+", stem.lower()):
-        if token in _SPLIT_WORDS:
-            return _SPLIT_WORDS[token]
+    token = split_token(stem)
+    if token is not None:
+        return _SPLIT_WORDS[token]
     raise InputError(
         f"{path}: cannot tell the split from the file name; name the file after its split "
         f"(train, val/valid/dev or test, e.g. `train.jsonl`)"

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrepro.data.download import DownloadError, fetch_url
-from fedrepro.data.sources import SPLIT_ALIASES, Records
+from fedrepro.data.sources import SPLIT_ALIASES, Records, split_token
 from fedrepro.io import InputError, atomic_dir, atomic_path, write_text_atomic
 
 __all__ = [
@@ -99,9 +99,9 @@ _SPLIT_ALIASES: dict[str, str] = SPLIT_ALIASES
 def _split_of(path: Path) -> str:
     """The normalised split (train/val/test) named by a file or folder name (or its folder's)."""
     for part in (path.stem, path.parent.name):
-        for token in re.split(r"[^a-z0-9]+", part.lower()):
-            if token in _SPLIT_ALIASES:
-                return _SPLIT_ALIASES[token]
+        token = split_token(part)
+        if token is not None:
+            return _SPLIT_ALIASES[token]
     raise InputError(
         f"{path}: cannot tell the split from the file or folder name; name it after the split "
         f"(one of {', '.join(sorted(_SPLIT_ALIASES))})"
@@ -111,9 +111,9 @@ def _split_of(path: Path) -> str:
 def _raw_split_of(path: Path) -> str:
     """The raw split token (e.g. ``test2``, ``dev``) named by ``path`` (kept in ``meta``)."""
     for part in (path.stem, path.parent.name):
-        for token in re.split(r"[^a-z0-9]+", part.lower()):
-            if token in _SPLIT_ALIASES:
-                return token
+        token = split_token(part)
+        if token is not None:
+            return token
     return _split_of(path)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,6 +86,15 @@ SPLIT_ALIASES: dict[str, str] = {
     "test2": "test",  # ELITR's second test set
 }
 """Raw split names of the releases → the normalized split of a record."""
+
+
+def split_token(name: str) -> str | None:
+    """The first word of ``name`` (cut at non-alphanumerics) that names a split, e.g. ``test2`` in
+    ``meeting_en_test2_001``; ``None`` if none does.  ``SPLIT_ALIASES[token]`` normalizes it."""
+    for token in re.split(r"[^a-z0-9]+", name.lower()):
+        if token in SPLIT_ALIASES:
+            return token
+    return None
 
 
 class Records(list):
