@@ -24,12 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from fedrepro.algorithms.adafedseleckd import METHODS, TrainHParams, make_optimizer  # noqa: E402
-from fedrepro.algorithms.kd import cross_entropy_loss, selective_kd_loss  # noqa: E402
+from fedrepro.papers.adafedseleckd.methods import METHODS, TrainHParams, make_optimizer  # noqa: E402
+from fedrepro.papers.adafedseleckd.kd import cross_entropy_loss, selective_kd_loss  # noqa: E402
 from fedrepro.data.seq2seq import collate  # noqa: E402
 from fedrepro.io import write_json_atomic  # noqa: E402
 from fedrepro.models.backbones import prepare_backbone  # noqa: E402
-from fedrepro.models.summarizer import build_summarizer  # noqa: E402
+from fedrepro.papers.adafedseleckd.model import build_summarizer  # noqa: E402
 
 TINY = {  # the demo's tiny bart-large (config/config.yaml)
     "vocab_size": 3000, "d_model": 64, "encoder_layers": 2, "decoder_layers": 4, "heads": 4,

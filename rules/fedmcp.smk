@@ -1,10 +1,35 @@
 # FedMCP (Table I, Table II, Fig. 3-5): one training cell per (method, seed) over the six
 # GLUE-task clients of the cross-task split, its accuracy evaluation, the tables and figures.
 
+from fedrepro.papers.fedmcp import grid as fedmcp
+
+# -- helpers ---------------------------------------------------------------
+FM = config["fedmcp"]
+FEDMCP_OUTPUTS = {
+    "table1": expand("results/tables/fedmcp_table1.{ext}", ext=["csv", "md", "tex"]),
+    "table2": expand("results/tables/fedmcp_table2.{ext}", ext=["csv", "md", "tex"]),
+    "figure3": expand("results/figures/fedmcp_figure3.{ext}", ext=["png", "csv"]),
+    "figure4": expand("results/figures/fedmcp_figure4.{ext}", ext=["png", "csv"]),
+    "figure5": expand("results/figures/fedmcp_figure5.{ext}", ext=["png", "csv"]),
+}
+FEDMCP_ALL = [f for files in FEDMCP_OUTPUTS.values() for f in files]
+
+
+def fedmcp_cell(wildcards):
+    return fedmcp.make_cell(config, wildcards.fm_backbone, wildcards.fm_method, wildcards.seed)
+
+
+def fedmcp_files(name):
+    def inputs(wildcards):
+        return [f"{cell}/{name}" for cell in fedmcp.target_cells(config, wildcards.fm_target)]
+
+    return inputs
+
+
 rule fedmcp_train_cell:
     input:
         backbone="results/backbones/{fm_backbone}",
-        data=wf.fedmcp_clients_dir(config),
+        data=fedmcp.clients_dir(config),
     output:
         adapters="results/fedmcp/crosstask/{fm_backbone}/{fm_method}/seed~{seed}/adapters.safetensors",
         train_log="results/fedmcp/crosstask/{fm_backbone}/{fm_method}/seed~{seed}/train_log.json",
@@ -33,7 +58,7 @@ rule fedmcp_evaluate_cell:
     input:
         adapters="results/fedmcp/crosstask/{fm_backbone}/{fm_method}/seed~{seed}/adapters.safetensors",
         backbone="results/backbones/{fm_backbone}",
-        data=wf.fedmcp_clients_dir(config),
+        data=fedmcp.clients_dir(config),
     output:
         predictions="results/fedmcp/crosstask/{fm_backbone}/{fm_method}/seed~{seed}/predictions.jsonl",
         scores="results/fedmcp/crosstask/{fm_backbone}/{fm_method}/seed~{seed}/scores.json",
@@ -52,7 +77,7 @@ rule fedmcp_evaluate_cell:
     conda:
         "../envs/train.yaml"
     script:
-        "../workflow_scripts/evaluate_cell.py"
+        "../workflow_scripts/fedmcp_evaluate_cell.py"
 
 
 rule fedmcp_table:

@@ -4,7 +4,58 @@
 # job the reported (best R-R-1) round: scores.json + predictions.jsonl -- the tables and figures.
 # With fedsum.cells_per_job: row (demo), one job per (setting, seed) trains every method of
 # fedsum.methods in one process (fedsum_train_row); the other runs stay one job each.
-# Grid logic: fedrepro.workflow_fedsum (wfsum); helpers: rules/common.smk (FedSum block).
+# Grid logic: fedrepro.papers.fedsum.grid (wfsum); helpers below.
+
+# -- helpers ----------------------------------------------------------------
+from fedrepro.papers.fedsum import grid as wfsum
+
+FEDSUM_OUTPUTS = {
+    t: (wfsum.target_outputs(t) if "fedsum" in config else []) for t in wfsum.TARGETS
+}
+FEDSUM_ALL = [f for files in FEDSUM_OUTPUTS.values() for f in files]
+
+
+def fedsum_cell(wildcards):
+    return wfsum.make_fedsum_cell(
+        config, wildcards.fsum_setting, wildcards.fsum_method, wildcards.seed
+    )
+
+
+def fedsum_manifest(wildcards):
+    return wfsum.manifest_path(config, wildcards.fsum_setting, wildcards.seed)
+
+
+def fedsum_dataset_file(name):
+    def path(wildcards):
+        dataset = wfsum.parse_setting(config, wildcards.fsum_setting)["dataset"]
+        return f"results/data/{dataset}/{name}"
+
+    return path
+
+
+def fedsum_files(name):
+    def inputs(wildcards):
+        return [f"{cell}/{name}" for cell in wfsum.target_cells(config, wildcards.fsum_target)]
+
+    return inputs
+
+
+def fedsum_scaled_setting(wildcards):
+    return wfsum.scaled_setting(config, wildcards.fsum_setting)
+
+
+def fedsum_report_options(wildcards):
+    return wfsum.report_options(config, wildcards.fsum_target)
+
+
+def fedsum_figure_extra(wildcards):
+    """Fig. 4 also reads the oracle labels and the test sets (for the Oracle histogram)."""
+    return wfsum.figure4_inputs(config) if wildcards.fsum_target == "figure4" else []
+
+
+def fedsum_row_cells(wildcards):
+    return wfsum.row_cells(config, wildcards.fsum_setting, wildcards.seed)
+
 
 FSUM_SETTINGS = wfsum.all_settings(config) if "fedsum" in config else []
 # settings trained by one row job (fedsum.cells_per_job: row); none with one job per run

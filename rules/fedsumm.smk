@@ -1,7 +1,50 @@
 # FedSUMM (Table I, Table II, Fig. 3-6): the Chinese BART backbone; one job per table row
 # (corpus, N, model, seed) training and evaluating its regimes (single, all, FedAvg and FedSUMM on
 # Flower; only the federated two at the other N of Fig. 5b); then the tables and figures.
-# Cells and targets: fedrepro.workflow_fedsumm (why rows, not cells, are jobs: its docstring).
+# Cells and targets: fedrepro.papers.fedsumm.grid (why rows, not cells, are jobs: its docstring).
+
+# -- helpers --------------------------------------------------------------
+from fedrepro.papers.fedsumm import grid as wfs
+
+FEDSUMM_OUTPUTS = (
+    {
+        t: expand(
+            f"results/{'tables' if kind == 'table' else 'figures'}/fedsumm_{t}.{{ext}}",
+            ext=["csv", "md", "tex"] if kind == "table" else ["png", "csv"],
+        )
+        for t, kind in wfs.TARGETS.items()
+    }
+    if "fedsumm" in config
+    else {t: [] for t in wfs.TARGETS}
+)
+FEDSUMM_ALL = [f for files in FEDSUMM_OUTPUTS.values() for f in files]
+
+
+def fedsumm_row_cells(kind):
+    def cells(wildcards):
+        return wfs.row_cells(
+            config, kind, wildcards.fs_corpus, wildcards.fs_n, wildcards.fs_model, wildcards.seed
+        )
+
+    return cells
+
+
+def fedsumm_clients_dir(wildcards):
+    return wfs.clients_dir(config, wildcards.fs_corpus, wildcards.fs_n)
+
+
+def fedsumm_files(name):
+    def inputs(wildcards):
+        return wfs.target_files(config, wildcards.fs_target, name)
+
+    return inputs
+
+
+def fedsumm_resources(job, key):
+    def value(wildcards):
+        return wfs.job_resources(config, job)[key]
+
+    return value
 
 
 rule fedsumm_backbone:

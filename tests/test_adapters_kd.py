@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from transformers import BartConfig, BartForConditionalGeneration, LEDConfig, LEDForConditionalGeneration
 
-from fedrepro.algorithms.kd import selective_kd_loss, token_entropy
-from fedrepro.models.adapters import BottleneckAdapter
-from fedrepro.models.summarizer import AdapterSummarizer
+from fedrepro.papers.adafedseleckd.kd import selective_kd_loss, token_entropy
+from fedrepro.papers.adafedseleckd.adapters import BottleneckAdapter
+from fedrepro.papers.adafedseleckd.model import AdapterSummarizer
 
 
 def test_bottleneck_adapter_equation_5():

@@ -8,7 +8,7 @@ import torch
 import helpers
 from fedrepro.io import InputError
 from fedrepro.models.backbones import BACKBONES, get_spec, load_backbone, prepare_backbone
-from fedrepro.workflow import backbone_settings
+from fedrepro.grid import backbone_settings
 
 
 def test_registry_holds_the_paper_backbones_and_adapter_settings():

@@ -1,4 +1,4 @@
-"""BERTSUM (fedrepro.models.bertsum): input building, trigram blocking, the tiny backbone folder,
+"""BERTSUM (fedrepro.papers.fedsum.model): input building, trigram blocking, the tiny backbone folder,
 forward/backward and the θ/ω split -- all offline on CPU."""
 
 import os
@@ -12,7 +12,7 @@ import torch
 from transformers import BertTokenizerFast
 
 from fedrepro.io import InputError, write_jsonl_atomic
-from fedrepro.models.bertsum import (
+from fedrepro.papers.fedsum.model import (
     BERT_HUB_ID,
     BertSumExt,
     build_tiny_bert_backbone,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedrepro.io import InputError
-from fedrepro.models.chinese_bart import (
+from fedrepro.papers.fedsumm.bart import (
     CHINESE_BART_HUB_ID,
     CHINESE_BART_REVISION,
     SPECIAL_TOKENS,

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fedrepro.io import InputError
-from fedrepro.models.chinese_bart import build_tiny_chinese_bart, load_chinese_bart
-from fedrepro.models.copy_transformer import (
+from fedrepro.papers.fedsumm.bart import build_tiny_chinese_bart, load_chinese_bart
+from fedrepro.papers.fedsumm.copy_transformer import (
     BartWithCopy,
     CopyTransformer,
     copy_loss,

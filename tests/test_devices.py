@@ -4,7 +4,9 @@ import pytest
 import torch
 import yaml
 
-from fedrepro import workflow as wf
+from fedrepro import grid as wf
+from fedrepro.papers.adafedseleckd import grid as ada_grid
+from fedrepro.papers.fedmcp import grid as fedmcp_grid
 from fedrepro.devices import cpu_state, select_device, to_device
 from fedrepro.io import InputError
 from test_workflow import ROOT
@@ -43,7 +45,7 @@ def test_paper_config_asks_one_gpu_per_cell_job_and_demo_none():
 
 def test_cells_carry_device_and_gpu_share():
     paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
-    cell = wf.make_cell(paper, "domains", "bart-large", "AdaFedKD", "all", 1)
+    cell = ada_grid.make_cell(paper, "domains", "bart-large", "AdaFedKD", "all", 1)
     assert cell["device"] == "auto" and cell["gpus_per_client"] == 1.0
-    fm = wf.make_fedmcp_cell(paper, "roberta-base", "FedMCP", 1)
+    fm = fedmcp_grid.make_cell(paper, "roberta-base", "FedMCP", 1)
     assert fm["device"] == "auto" and fm["engine"] == "simulation"

@@ -16,8 +16,9 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 import helpers
 from fedrepro.fl.cell import load_final_adapters, run_cell
-from fedrepro.fl.strategy import SortedCheckpointFedAvg, checkpoint_paths
-from fedrepro.fl.task import get_model
+from fedrepro.fl.strategy import SortedCheckpointFedAvg
+from fedrepro.fl.checkpoint import checkpoint_paths
+from fedrepro.papers.adafedseleckd.task import get_model
 
 pytestmark = pytest.mark.slow
 

@@ -12,14 +12,14 @@ import pytest
 import torch
 from transformers import RobertaConfig, RobertaModel
 
-from fedrepro.algorithms.fedmcp_methods import (
+from fedrepro.papers.fedmcp.methods import (
     METHODS,
     LocalHParams,
     build_model,
     local_update,
     shared_share,
 )
-from fedrepro.algorithms.mcp import fedmcp_loss
+from fedrepro.papers.fedmcp.losses import fedmcp_loss
 
 R = 4
 CFG = {"bottleneck": R, "lora_r": 2}

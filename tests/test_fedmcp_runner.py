@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fedrepro.evaluation import evaluate_cell
+from fedrepro.papers.fedmcp.task import evaluate_cell
 from fedrepro.fl.cell import load_final_adapters, run_cell
 from fedrepro.fl.tasks import task_for
 from fedrepro.io import InputError, write_jsonl_atomic
@@ -81,7 +81,7 @@ def test_every_method_sends_exactly_its_shared_tensors(world, tmp_path):
     """One round of each method: the uplink (and the server checkpoint) holds only what the
     method shares -- the global adapter for FedMCP and its kin, both adapters for FedAvg (PEFT),
     LoRA tensors for FedLR, every backbone tensor for FedAvg (Full FT), nothing for Local."""
-    from fedrepro.algorithms.fedmcp_methods import METHODS
+    from fedrepro.papers.fedmcp.methods import METHODS
 
     encoder = _encoder_names(world)
     for method, spec in METHODS.items():
@@ -181,7 +181,7 @@ def test_unknown_paper_and_engine_are_clear_errors(world, tmp_path):
 
 def test_exact_parameter_shares_on_roberta_base():
     """Table I's Param./Comm. columns on the real roberta-base architecture (no weights)."""
-    from fedrepro.reporting.fedmcp import exact_shares
+    from fedrepro.papers.fedmcp.report import exact_shares
 
     full = 124_645_632 + 768 * 2 + 2
     mcp = exact_shares("FedMCP")

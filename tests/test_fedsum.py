@@ -1,4 +1,4 @@
-"""FedSum (fedrepro.algorithms.fedsum): Data Partition (Alg. 3), Data skip, prototypes and L_po
+"""FedSum (fedrepro.papers.fedsum.algorithm): Data Partition (Alg. 3), Data skip, prototypes and L_po
 (eq. 3–5), semantic portraits and the PDT (eq. 6), perturbed heads and L_pm (eq. 7), server
 aggregation (eq. 2) and the client round (Alg. 2) -- against hand computations."""
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from fedrepro.algorithms.fedsum import (
+from fedrepro.papers.fedsum.algorithm import (
     VARIANTS,
     FedSumBroadcast,
     FedSumHParams,
@@ -47,7 +47,7 @@ from fedrepro.algorithms.fedsum import (
     weighted_mean,
 )
 from fedrepro.io import InputError
-from fedrepro.models.bertsum import (
+from fedrepro.papers.fedsum.model import (
     BertSumExt,
     EncodedDocument,
     SentenceClassifier,
@@ -400,7 +400,7 @@ def test_prototype_step_gradient_equals_single_graph_gradient():
 
 
 def test_no_extension_round_equals_fedavg_baseline():
-    from fedrepro.algorithms.fedsum_baselines import BaselineHParams, baseline_local_update
+    from fedrepro.papers.fedsum.baselines import BaselineHParams, baseline_local_update
 
     docs = synthetic_docs(6)
     bc = FedSumBroadcast(round=2, total_rounds=3, global_significance=1e9, global_bias_level=1e9)
@@ -462,7 +462,7 @@ def test_server_state_round_trips_through_a_checkpoint(tmp_path):
 def test_two_federated_rounds_compose():
     """Server → broadcast → client → server for two rounds, three clients, PDT from initial
     portraits (the runner's loop, without Flower)."""
-    from fedrepro.algorithms.fedsum import initial_semantic_portrait
+    from fedrepro.papers.fedsum.algorithm import initial_semantic_portrait
 
     hp = FedSumHParams(lr=0.05, local_epochs=1)
     clients = {c: make_batches(synthetic_docs(2 + i, seed=10 + i), 2) for i, c in enumerate("abc")}

@@ -1,4 +1,4 @@
-"""FedSum's baselines (fedrepro.algorithms.fedsum_baselines): each method's defining step against a
+"""FedSum's baselines (fedrepro.papers.fedsum.baselines): each method's defining step against a
 hand computation, and one client round of each on a tiny BERTSUM."""
 
 import os
@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from fedrepro.algorithms.fedsum_baselines import (
+from fedrepro.papers.fedsum.baselines import (
     BASELINES,
     BaselineHParams,
     DaisyChain,
@@ -29,7 +29,7 @@ from fedrepro.algorithms.fedsum_baselines import (
     zeros_like_state,
 )
 from fedrepro.io import InputError
-from fedrepro.models.bertsum import BertSumExt, EncodedDocument, make_batches
+from fedrepro.papers.fedsum.model import BertSumExt, EncodedDocument, make_batches
 
 
 def tiny_model(seed: int = 0) -> BertSumExt:

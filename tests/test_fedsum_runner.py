@@ -17,7 +17,7 @@ from fedrepro.data.oracle import oracle_labels
 from fedrepro.fl import fedsum_task
 from fedrepro.fl.cell import load_final_adapters, run_cell
 from fedrepro.io import InputError, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
-from fedrepro.reporting.fedsum_cell import reported_round, write_cell_scores
+from fedrepro.papers.fedsum.scores import reported_round, write_cell_scores
 
 CLIENTS = ["client01", "client02", "client03", "client04"]
 SIZES = [2, 3, 4, 7]
@@ -310,7 +310,7 @@ def test_scaffold_control_variates_move_through_messages(world, tmp_path):
     cell = _cell(world, tmp_path, "SCAFFOLD", rounds=3, keep_round_checkpoints=True)
     out = _run(cell)
     log = _log(out)
-    from fedrepro.fl.task import load_state
+    from fedrepro.fl.checkpoint import load_state
 
     for r in (1, 2, 3):
         server_c = torch.load(

@@ -113,7 +113,7 @@ def test_grid_and_bad_config_errors_name_the_key():
     """The grid (plain Python over the config) and its errors, without running anything."""
     from test_workflow import _configs
 
-    from fedrepro import workflow_fedsum as wfsum
+    from fedrepro.papers.fedsum import grid as wfsum
     from fedrepro.io import InputError
 
     demo, paper = _configs()

@@ -8,7 +8,7 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from fedrepro.algorithms.fedsumm import (
+from fedrepro.papers.fedsumm.algorithm import (
     ClientGuidance,
     ClientReply,
     DiscrepancyTracker,

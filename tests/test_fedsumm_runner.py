@@ -17,10 +17,10 @@ import torch
 
 from fedrepro.fl import fedsumm_task
 from fedrepro.fl.cell import load_final_adapters, run_cell
-from fedrepro.fl.strategy import checkpoint_paths
-from fedrepro.fl.task import load_state
+from fedrepro.fl.checkpoint import checkpoint_paths
+from fedrepro.fl.checkpoint import load_state
 from fedrepro.io import InputError, write_jsonl_atomic
-from fedrepro.models.chinese_bart import build_tiny_chinese_bart
+from fedrepro.papers.fedsumm.bart import build_tiny_chinese_bart
 
 CLIENTS = ("csl-001", "csl-002", "csl-003")
 CHARS = "网络故障诊断问题提出方法结果表明误差降低人口老龄化农民增收影响数据检验无线传感器新一种本文利用年的了该"

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from test_workflow import ROOT, _configs, _deep_update, _demo_config_absolute, _snakemake
 
-from fedrepro import workflow_fedsumm as wfs
+from fedrepro.papers.fedsumm import grid as wfs
 from fedrepro.config import validate_config
 from fedrepro.io import InputError
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.mcp import (
+from fedrepro.papers.fedmcp.losses import (
     cls_pool,
     cosine_similarity_rep,
     fedmcp_loss,

@@ -12,7 +12,7 @@ from rouge_score import rouge_scorer
 from fedrepro.io import InputError
 from fedrepro.metrics.rouge import CharTokenizer, rouge_scores
 from fedrepro.reporting.reference import load_paper_results, paper_values
-from fedrepro.reporting.tables import (
+from fedrepro.papers.adafedseleckd.report import (
     ADAFEDSELECKD_CLIENTS,
     ADAFEDSELECKD_METHODS,
     METHOD_SETTINGS,

@@ -11,7 +11,7 @@ import torch
 from torch.nn import functional as F
 from transformers import RobertaConfig, RobertaModel
 
-from fedrepro.models.roberta_adapters import (
+from fedrepro.papers.fedmcp.model import (
     DualAdapterRoberta,
     HoulsbyInsertion,
     adapter_set_params,

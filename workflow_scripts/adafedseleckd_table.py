@@ -1,7 +1,7 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.reporting.tables import build_adafedseleckd_table  # noqa: E402
+from fedrepro.papers.adafedseleckd.report import build_adafedseleckd_table  # noqa: E402
 
 build_adafedseleckd_table(
     list(snakemake.input),

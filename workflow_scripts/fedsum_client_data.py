@@ -1,7 +1,7 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.fl.fedsum_task import write_data_folder  # noqa: E402
+from fedrepro.papers.fedsum.task import write_data_folder  # noqa: E402
 
 write_data_folder(
     snakemake.input.manifest,

@@ -1,7 +1,7 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.fl.fedsum_task import run_fedsum_cell  # noqa: E402
+from fedrepro.papers.fedsum.task import run_fedsum_cell  # noqa: E402
 
 run_fedsum_cell(
     dict(snakemake.params.cell),

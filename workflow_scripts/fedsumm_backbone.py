@@ -1,6 +1,6 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.fl.fedsumm_task import prepare_backbone  # noqa: E402
+from fedrepro.papers.fedsumm.task import prepare_backbone  # noqa: E402
 
 prepare_backbone(dict(snakemake.params.settings), list(snakemake.input), snakemake.output[0])

@@ -1,6 +1,6 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.fl.fedsumm_task import run_row  # noqa: E402
+from fedrepro.papers.fedsumm.task import run_row  # noqa: E402
 
 run_row([dict(cell) for cell in snakemake.params.cells])

@@ -48,3 +48,9 @@ def model_device(model: torch.nn.Module) -> torch.device:
 def cpu_state(state: Mapping[str, torch.Tensor]) -> OrderedDict[str, torch.Tensor]:
     """Tensors for the wire or the disk: on the CPU (order kept)."""
     return OrderedDict((k, v.detach().cpu()) for k, v in state.items())
+
+
+def configure_torch(threads: int) -> None:
+    """Fix the intra-op thread count: same count, same reduction order, same bits."""
+    torch.set_num_threads(max(1, int(threads)))
+    torch.use_deterministic_algorithms(True, warn_only=True)

@@ -29,15 +29,15 @@ from pathlib import Path
 
 import torch
 
-from fedrepro.fl.strategy import (
-    checkpoint_paths,
+from fedrepro.fl.checkpoint import (
     config_hash,
     latest_round,
-    prepare_checkpoints,
+    load_state,
     read_failure,
     round_log,
+    save_state,
 )
-from fedrepro.fl.task import load_state, save_state
+from fedrepro.fl.server_app import make_server_app, run_server, start_point
 from fedrepro.fl.tasks import task_for
 from fedrepro.io import InputError, write_json_atomic
 
@@ -110,16 +110,9 @@ def run_federated(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     if engine not in ENGINES:
         raise InputError(f"cell engine {engine!r} unknown; choose one of {ENGINES} (config key <paper>.engine)")
     rounds = int(cell["train"]["rounds"])
-    done = prepare_checkpoints(cell)
-    if done < rounds:
-        if done:
-            log.info("resuming %s from round %d", cell["out_dir"], done)
-            initial = load_state(checkpoint_paths(cell["out_dir"], done)[0])
-        else:
-            initial = task.initial_state(cell)
+    done, initial = start_point(cell)
     if done < rounds and engine == "inprocess":
         from fedrepro.fl.engine import InProcessGrid, server_identity
-        from fedrepro.fl.server_app import run_server
 
         with server_identity():
             run_server(InProcessGrid(client_app, len(cell["clients"])), cell, initial, done)
@@ -129,8 +122,6 @@ def run_federated(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         run_deployment(cell)
     elif done < rounds:
         from flwr.simulation import run_simulation
-
-        from fedrepro.fl.server_app import make_server_app
 
         # Short private temp dirs: Ray's socket paths must stay under 107 characters.
         ray_tmp = tempfile.mkdtemp(prefix="fr-ray-", dir="/tmp")

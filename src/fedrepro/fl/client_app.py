@@ -22,9 +22,9 @@ from fedrepro.fl.tasks import task_for
 app = ClientApp()
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    config = msg.content["config"]
+def _client_view(config, context: Context) -> tuple[dict, int, str]:
+    """The cell as this node sees it: its partition id, its client, and only its own data folder
+    (the node's ``data-dir`` where the deployment gives one)."""
     cell = json.loads(str(config["cell"]))
     partition_id = int(context.node_config["partition-id"])
     client = cell["clients"][partition_id]
@@ -32,6 +32,13 @@ def train(msg: Message, context: Context) -> Message:
         cell["client_data"] = {client: str(context.node_config["data-dir"])}
     else:  # keep only this client's own folder in view
         cell["client_data"] = {client: cell["client_data"][client]}
+    return cell, partition_id, client
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    config = msg.content["config"]
+    cell, partition_id, client = _client_view(config, context)
     round_index = int(config["server-round"]) + int(config["round-offset"])
     server_state = msg.content["arrays"].to_torch_state_dict()
     task = task_for(cell)
@@ -52,13 +59,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     ``client_evaluate(cell, client, round, server_state) -> {metric: value}`` (FedSUMM: validation
     perplexity and ROUGE-L of the global model after every round, Fig. 3 and 5a)."""
     config = msg.content["config"]
-    cell = json.loads(str(config["cell"]))
-    partition_id = int(context.node_config["partition-id"])
-    client = cell["clients"][partition_id]
-    if "data-dir" in context.node_config:
-        cell["client_data"] = {client: str(context.node_config["data-dir"])}
-    else:  # keep only this client's own folder in view
-        cell["client_data"] = {client: cell["client_data"][client]}
+    cell, partition_id, client = _client_view(config, context)
     task = task_for(cell)
     if not hasattr(task, "client_evaluate"):
         raise RuntimeError(f"paper {cell.get('paper')!r} defines no client-side evaluation")

@@ -4,14 +4,32 @@ lines 1–10; FedMCP Algorithm 1, server side): FedAvg of the shared tensors wei
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedrepro.fl.checkpoint import checkpoint_paths, load_state, prepare_checkpoints
 from fedrepro.fl.strategy import SortedCheckpointFedAvg
-from fedrepro.fl.tasks import task_for
+from fedrepro.fl.tasks import strategy_factory, task_for
+
+log = logging.getLogger(__name__)
+
+
+def start_point(cell: dict) -> tuple[int, OrderedDict[str, torch.Tensor] | None]:
+    """``(finished rounds, state to start from)``: where a cell stands, for every engine.
+
+    A checkpoint made under another cell config is discarded, a finished round is resumed from;
+    the state is ``None`` when every round is already done."""
+    done = prepare_checkpoints(cell)
+    if done >= int(cell["train"]["rounds"]):
+        return done, None
+    if done:
+        log.info("resuming %s from round %d", cell["out_dir"], done)
+        return done, load_state(checkpoint_paths(cell["out_dir"], done)[0])
+    return done, task_for(cell).initial_state(cell)
 
 
 def run_server(grid: Grid, cell: dict, initial_state: OrderedDict[str, torch.Tensor], round_offset: int) -> None:
@@ -36,7 +54,7 @@ def run_server(grid: Grid, cell: dict, initial_state: OrderedDict[str, torch.Ten
         weighted_by_key="num-examples",
     )
     # a paper whose server does more than FedAvg supplies its own strategy (a subclass)
-    make = getattr(task_for(cell), "make_strategy", None)
+    make = strategy_factory(cell)
     strategy = make(cell, **kwargs) if make else SortedCheckpointFedAvg(**kwargs)
     strategy.start(
         grid=grid,

@@ -19,11 +19,8 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import random
-import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,55 +28,10 @@ from pathlib import Path
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from fedrepro.io import read_json, write_json_atomic
+from fedrepro.fl.checkpoint import checkpoint_paths, save_state
+from fedrepro.io import write_json_atomic
 
 log = logging.getLogger(__name__)
-
-# keys that do not change what a cell computes (excluded from the config hash)
-_NON_SEMANTIC = ("out_dir", "round_timeout_s", "engine")
-
-
-def config_hash(cell: dict) -> str:
-    semantic = {k: v for k, v in cell.items() if k not in _NON_SEMANTIC}
-    return hashlib.sha256(json.dumps(semantic, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def prepare_checkpoints(cell: dict) -> int:
-    """Return the last finished round, discarding checkpoints made under another config."""
-    out = Path(cell["out_dir"])
-    stamp = out / "checkpoints" / "cell_config.json"
-    h = config_hash(cell)
-    if stamp.exists() and read_json(stamp).get("config_hash") != h:
-        log.warning("discarding checkpoints of a different cell config in %s", out)
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
-        shutil.rmtree(out / "clients", ignore_errors=True)
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    failure = out / "checkpoints" / "failure.json"
-    if failure.exists():
-        failure.unlink()
-    write_json_atomic(stamp, {"config_hash": h, "cell": cell})
-    return latest_round(out)
-
-
-def checkpoint_paths(out_dir: str | Path, round_index: int) -> tuple[Path, Path]:
-    ckpt = Path(out_dir) / "checkpoints"
-    return ckpt / f"server_round_{round_index:03d}.safetensors", ckpt / f"server_round_{round_index:03d}.json"
-
-
-def latest_round(out_dir: str | Path) -> int:
-    """The last round whose checkpoint is complete (its JSON is written after its tensors)."""
-    done = 0
-    ckpt = Path(out_dir) / "checkpoints"
-    if ckpt.exists():
-        for meta in ckpt.glob("server_round_*.json"):
-            r = int(meta.stem.rsplit("_", 1)[1])
-            if checkpoint_paths(out_dir, r)[0].exists():
-                done = max(done, r)
-    return done
-
-
-def round_log(out_dir: str | Path, upto: int) -> list[dict]:
-    return [read_json(checkpoint_paths(out_dir, r)[1]) for r in range(1, upto + 1)]
 
 
 def payload_bytes(arrays: ArrayRecord) -> int:
@@ -203,20 +155,12 @@ class SortedCheckpointFedAvg(FedAvg):
             "aggregated_metrics": dict(metrics) if metrics is not None else {},
             **self.round_extras(absolute, replies),
         }
-        from fedrepro.fl.task import save_state
 
         tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
         save_state(tensors_path, arrays.to_torch_state_dict())
         self.save_server_state(absolute)
         write_json_atomic(meta_path, entry)
         return arrays, metrics
-
-
-def read_failure(out_dir: str | Path) -> str | None:
-    path = Path(out_dir) / "checkpoints" / "failure.json"
-    if path.exists():
-        return json.dumps(read_json(path))
-    return None
 
 
 def metric_record(stats: dict, partition_id: int) -> MetricRecord:

@@ -150,7 +150,6 @@ def build_tiny_backbone(
     """
     import torch
 
-    from fedrepro.models.pretrain import denoising_warmup
 
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:

@@ -1,0 +1,123 @@
+# AdaFedSelecKD (Tables III, IV, VI): one training cell per (backbone, method, scope, seed) over
+# the QMSum domain clients, its ROUGE evaluation, and the main tables.
+# Grid logic: fedrepro.papers.adafedseleckd.grid.
+from fedrepro.papers.adafedseleckd import grid as ada
+
+ADA = config["adafedseleckd"]
+QMSUM_DOMAINS = ["Academic", "Committee", "Product"]
+TABLES = [t for t, b in ada.TABLE_BACKBONES.items() if b in ADA["backbones"]]
+ADAFEDSELECKD_TABLES = expand(
+    "results/tables/adafedseleckd_{table}.{ext}", table=TABLES, ext=["csv", "md", "tex"]
+)
+
+
+wildcard_constraints:
+    method="|".join(ADA["methods"]),
+    partition=ADA["partition"],
+    client="|".join(QMSUM_DOMAINS),
+    scope="|".join(["all"] + QMSUM_DOMAINS),
+    table="|".join(ada.TABLE_BACKBONES),
+
+
+def cell_params(wildcards):
+    return ada.make_cell(
+        config,
+        wildcards.partition,
+        wildcards.backbone,
+        wildcards.method,
+        wildcards.scope,
+        wildcards.seed,
+    )
+
+
+def cell_partition_inputs(wildcards):
+    return ada.clients_dir(wildcards.partition, wildcards.seed)
+
+
+def table_scores(wildcards):
+    return [f"{cell}/scores.json" for cell in ada.table_cells(config, wildcards.table)]
+
+
+rule train_cell:
+    input:
+        backbone="results/backbones/{backbone}",
+        data=cell_partition_inputs,
+    output:
+        adapters="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/adapters.safetensors",
+        train_log="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/train_log.json",
+        provenance="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/provenance.json",
+    params:
+        cell=cell_params,
+    threads: ADA["threads_per_cell"]
+    resources:
+        gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
+        mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
+        runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"],
+    log:
+        "logs/train_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.log",
+    benchmark:
+        "benchmarks/train_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.tsv"
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow_scripts/train_cell.py"
+
+
+rule evaluate_cell:
+    input:
+        adapters="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/adapters.safetensors",
+        backbone="results/backbones/{backbone}",
+        data=cell_partition_inputs,
+    output:
+        predictions="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/predictions.jsonl",
+        scores="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/scores.json",
+    params:
+        cell=cell_params,
+    threads: ADA["threads_per_cell"]
+    resources:
+        gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["gpu"],
+        mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["mem_mb"],
+        runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["runtime"],
+    log:
+        "logs/evaluate_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.log",
+    benchmark:
+        "benchmarks/evaluate_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.tsv"
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow_scripts/adafedseleckd_evaluate_cell.py"
+
+
+rule adafedseleckd_table:
+    input:
+        table_scores,
+    output:
+        csv="results/tables/adafedseleckd_{table}.csv",
+        md="results/tables/adafedseleckd_{table}.md",
+        tex="results/tables/adafedseleckd_{table}.tex",
+    params:
+        backbone=lambda wildcards: ada.TABLE_BACKBONES[wildcards.table],
+        name=lambda wildcards: ada.TABLE_NAMES[wildcards.table],
+        title=lambda wildcards: ada.table_title(config, wildcards.table),
+        scale=config["scale"],
+    log:
+        "logs/adafedseleckd_table/{table}.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/adafedseleckd_table.py"
+
+
+rule adafedseleckd_table3:
+    input:
+        expand("results/tables/adafedseleckd_table3.{ext}", ext=["csv", "md", "tex"]),
+
+
+rule adafedseleckd_table4:
+    input:
+        expand("results/tables/adafedseleckd_table4.{ext}", ext=["csv", "md", "tex"]),
+
+
+rule adafedseleckd_table6:
+    input:
+        expand("results/tables/adafedseleckd_table6.{ext}", ext=["csv", "md", "tex"]),

@@ -1,0 +1,101 @@
+"""Checkpoint I/O of the shared runner: tensor-state files and per-round server checkpoints.
+
+Every paper's task, strategy and the cell runner write and read states through here, so a rerun
+with the same seed gives the same bytes and a killed run resumes from its last finished round:
+
+* :func:`save_state` / :func:`load_state`: one safetensors file of named tensors (no metadata);
+* ``<cell>/checkpoints/server_round_NNN.{safetensors,json}``: the server's tensors and the round's
+  metrics after every round (:func:`checkpoint_paths`, :func:`latest_round`, :func:`round_log`);
+* ``cell_config.json``: the config hash the checkpoints were made under (:func:`prepare_checkpoints`
+  discards checkpoints of another config); ``failure.json``: why a run stopped (:func:`read_failure`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from fedrepro.io import InputError, atomic_path, read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
+    """Atomic safetensors write: the same tensors give the same bytes.
+
+    No ``metadata`` is written: safetensors serialises a metadata dict in hash-map order, which
+    differs between processes and would break byte-identical reruns.
+    """
+    with atomic_path(path, suffix=".safetensors") as tmp:
+        save_file({k: v.detach().cpu().clone().contiguous() for k, v in state.items()}, str(tmp))
+
+
+def load_state(path: str | os.PathLike) -> OrderedDict[str, torch.Tensor]:
+    if not Path(path).exists():
+        raise InputError(f"{path}: adapter state not found")
+    return OrderedDict(sorted(load_file(str(path)).items()))
+
+
+# keys that do not change what a cell computes (excluded from the config hash)
+_NON_SEMANTIC = ("out_dir", "round_timeout_s", "engine")
+
+
+def config_hash(cell: dict) -> str:
+    semantic = {k: v for k, v in cell.items() if k not in _NON_SEMANTIC}
+    return hashlib.sha256(json.dumps(semantic, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def prepare_checkpoints(cell: dict) -> int:
+    """Return the last finished round, discarding checkpoints made under another config."""
+    out = Path(cell["out_dir"])
+    stamp = out / "checkpoints" / "cell_config.json"
+    h = config_hash(cell)
+    if stamp.exists() and read_json(stamp).get("config_hash") != h:
+        log.warning("discarding checkpoints of a different cell config in %s", out)
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        shutil.rmtree(out / "clients", ignore_errors=True)
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    failure = out / "checkpoints" / "failure.json"
+    if failure.exists():
+        failure.unlink()
+    write_json_atomic(stamp, {"config_hash": h, "cell": cell})
+    return latest_round(out)
+
+
+def checkpoint_paths(out_dir: str | Path, round_index: int) -> tuple[Path, Path]:
+    ckpt = Path(out_dir) / "checkpoints"
+    return (
+        ckpt / f"server_round_{round_index:03d}.safetensors",
+        ckpt / f"server_round_{round_index:03d}.json",
+    )
+
+
+def latest_round(out_dir: str | Path) -> int:
+    """The last round whose checkpoint is complete (its JSON is written after its tensors)."""
+    done = 0
+    ckpt = Path(out_dir) / "checkpoints"
+    if ckpt.exists():
+        for meta in ckpt.glob("server_round_*.json"):
+            r = int(meta.stem.rsplit("_", 1)[1])
+            if checkpoint_paths(out_dir, r)[0].exists():
+                done = max(done, r)
+    return done
+
+
+def round_log(out_dir: str | Path, upto: int) -> list[dict]:
+    return [read_json(checkpoint_paths(out_dir, r)[1]) for r in range(1, upto + 1)]
+
+
+def read_failure(out_dir: str | Path) -> str | None:
+    path = Path(out_dir) / "checkpoints" / "failure.json"
+    if path.exists():
+        return json.dumps(read_json(path))
+    return None

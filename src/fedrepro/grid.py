@@ -1,0 +1,118 @@
+"""Shared grid helpers for the Snakemake workflow: backbones, job resources, raw-data folders.
+
+Plain Python over the config lists (no file inspection), so ``snakemake -n`` over the full paper
+grid takes seconds. Each paper's own grid (cells, paths, targets) is ``fedrepro.papers.<paper>.grid``.
+"""
+
+from __future__ import annotations
+
+from fedrepro.io import InputError
+from fedrepro.models.backbones import get_spec
+
+RESULTS = "results"
+
+
+def section(config: dict, key: str) -> dict:
+    """``config[key]``, or an error naming the missing section."""
+    try:
+        return config[key]
+    except KeyError:
+        raise InputError(f"config has no '{key}' section") from None
+
+
+def backbone_settings(config: dict, name: str) -> dict:
+    """Registry defaults (paper values) overridden by ``config['backbones'][name]``."""
+    spec = get_spec(name)
+    user = (config.get("backbones") or {}).get(name) or {}
+    merged = {
+        "name": name,
+        "kind": "hub",
+        "hub_id": spec.hub_id,
+        "revision": "main",
+        "local_dir": None,
+        "model_class": spec.model_class,
+        "adapter_top_k": spec.adapter_top_k,
+        "bottleneck": spec.bottleneck,
+        "max_source_length": spec.max_source_length,
+    }
+    merged.update(user)
+    if merged["kind"] not in ("hub", "tiny"):
+        raise InputError(
+            f"config key backbones.{name}.kind must be 'hub' or 'tiny', got {merged['kind']!r}"
+        )
+    if merged["kind"] == "tiny" and not merged.get("tiny"):
+        raise InputError(f"config key backbones.{name}.tiny is required when kind is 'tiny'")
+    if merged["kind"] == "tiny" and spec.model_class != "RobertaForMaskedLM":
+        missing = [k for k in ("decoder_layers", "max_target_length") if k not in merged["tiny"]]
+        if missing:
+            raise InputError(
+                f"config key backbones.{name}.tiny needs {missing} (an encoder-decoder backbone)"
+            )
+    return merged
+
+
+JOB_RESOURCES = {
+    "train": {"gpu": 0, "mem_mb": 6000, "runtime": 600},
+    "evaluate": {"gpu": 0, "mem_mb": 4000, "runtime": 240},
+}
+"""Defaults of ``backbones.<name>.resources`` (demo scale: CPU only)."""
+
+
+def job_resources(config: dict, backbone: str, job: str) -> dict:
+    """Scheduler resources of a cell's ``train`` / ``evaluate`` job with ``backbone``:
+    ``gpu`` (GPUs per job), ``mem_mb``, ``runtime`` (minutes), from
+    ``backbones.<name>.resources.<job>`` over :data:`JOB_RESOURCES`."""
+    if job not in JOB_RESOURCES:
+        raise InputError(f"unknown job kind {job!r}; known: {sorted(JOB_RESOURCES)}")
+    user = (((config.get("backbones") or {}).get(backbone) or {}).get("resources") or {}).get(
+        job
+    ) or {}
+    return {**JOB_RESOURCES[job], **user}
+
+
+def backbone_dir(name: str) -> str:
+    return f"{RESULTS}/backbones/{name}"
+
+
+def source_raw_dir(config: dict, name: str) -> str:
+    """Where a source's raw files come from: the committed samples, a local copy or the download."""
+    d = section(section(config, "data"), name)
+    source = d.get("source", "samples")
+    if source == "samples":
+        return d.get("samples_dir") or f"resources/samples/{name}"
+    if source == "local":
+        if not d.get("local_dir"):
+            raise InputError(f"data.{name}.source is 'local' but data.{name}.local_dir is not set")
+        return d["local_dir"]
+    if source == "download":
+        return f"resources/downloads/{name}"
+    raise InputError(f"data.{name}.source must be samples, local or download; got {source!r}")
+
+
+def parse_options(config: dict, name: str) -> dict:
+    """Source-specific parser options taken from the config (QMSum: inclusive span ends)."""
+    if name == "qmsum":
+        return {"end_inclusive": bool(config["data"]["qmsum"].get("span_end_inclusive", True))}
+    return {}
+
+
+def qmsum_raw_dir(config: dict) -> str:
+    return source_raw_dir(config, "qmsum")
+
+
+def data_sources(config: dict) -> list[str]:
+    """Sources listed under ``data`` in the config (each gets a prepare rule run)."""
+    return sorted(section(config, "data"))
+
+
+def setting_seeds(config: dict) -> list[int]:
+    return list((config.get("partitions") or {}).get("seeds", config["seeds"]))
+
+
+def backbone_train_files(config: dict, backbone: str) -> list[str]:
+    """Text a tiny backbone learns its vocabulary (and warm-up) from; none for a hub backbone."""
+    if backbone_settings(config, backbone)["kind"] != "tiny":
+        return []
+    if get_spec(backbone).model_class == "RobertaForMaskedLM":
+        return [f"{RESULTS}/data/glue/records.jsonl"]
+    return [f"{RESULTS}/data/qmsum/records.jsonl"]

@@ -1,0 +1,76 @@
+"""Per-client test evaluation of a trained cell: beam-search generation and ROUGE (§IV-C)."""
+
+from __future__ import annotations
+
+
+
+from fedrepro.data.seq2seq import collate
+from fedrepro.devices import model_device, to_device
+from fedrepro.fl.cell import config_hash, load_final_adapters
+from fedrepro.papers.adafedseleckd.task import client_examples, client_split_path, get_model, special_ids
+from fedrepro.devices import configure_torch
+from fedrepro.io import read_jsonl, write_json_atomic, write_jsonl_atomic
+from fedrepro.metrics.rouge import rouge_scores
+from fedrepro.papers.adafedseleckd.methods import get_method
+
+
+def generate_summaries(model, tokenizer, examples, gen: dict, batch_size: int) -> list[str]:
+    """Decode ``examples`` in file order with the local adapter (beam search per ``gen``)."""
+    pad_id, start_id = special_ids(model)
+    model.eval()
+    out: list[str] = []
+    for i in range(0, len(examples), batch_size):
+        batch = to_device(collate(examples[i : i + batch_size], pad_id, start_id), model_device(model))
+        ids = model.generate(
+            batch["input_ids"],
+            batch["attention_mask"],
+            role="local",
+            num_beams=int(gen["num_beams"]),
+            max_new_tokens=int(gen["max_new_tokens"]),
+            min_new_tokens=int(gen.get("min_new_tokens", 0)),
+            no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size", 0)),
+            length_penalty=float(gen.get("length_penalty", 1.0)),
+            early_stopping=True,
+            do_sample=False,
+        )
+        out.extend(s.strip() for s in tokenizer.batch_decode(ids, skip_special_tokens=True))
+    return out
+
+
+def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_out: str) -> dict:
+    """Generate for each evaluated client's test set and score with ROUGE-1/2/L F1 (stemming on).
+
+    Writes ``predictions_out`` (jsonl: client, id, prediction, reference) and ``scores_out`` in the
+    contract read by :func:`fedrepro.papers.adafedseleckd.report.collect_scores`.
+    """
+    configure_torch(cell["threads"])
+    tokenizer, model = get_model(cell)
+    finals = load_final_adapters(adapters_path)
+    spec = get_method(cell["method"])
+    gen = cell["generation"]
+    rows, per_client = [], {}
+    for client in cell["eval_clients"]:
+        model.load_adapter_state("local", finals[client])
+        records = read_jsonl(client_split_path(cell, client, "test"))
+        examples = list(client_examples(cell, client, "test"))
+        preds = generate_summaries(model, tokenizer, examples, gen, int(gen["batch_size"]))
+        refs = [r["target"] for r in records]
+        scores = rouge_scores(preds, refs, lang="en")
+        per_client[client] = {k: scores[k] for k in ("rouge1", "rouge2", "rougeL")} | {"n": scores["n"]}
+        rows.extend(
+            {"client": client, "id": r["id"], "prediction": p, "reference": r["target"]}
+            for r, p in zip(records, preds)
+        )
+    write_jsonl_atomic(predictions_out, rows)
+    result = {
+        "paper": cell["paper"],
+        "scale": cell["scale"],
+        "backbone": cell["backbone"],
+        "method": cell["method"],
+        "setting": spec.setting,
+        "seed": int(cell["seed"]),
+        "per_client": per_client,
+        "config_hash": config_hash(cell),
+    }
+    write_json_atomic(scores_out, result)
+    return result

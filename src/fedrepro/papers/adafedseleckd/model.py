@@ -1,0 +1,219 @@
+"""Adapter-based meeting summarizer (AdaFedSelecKD §III-B, Fig. 3).
+
+A frozen seq2seq backbone (BART or LED) with bottleneck adapters after each of its top-k decoder
+layers, one adapter stack per role (``global`` / ``local``).
+
+Performance (DESIGN.md): the backbone never receives gradients and always runs in eval mode.  For
+one training batch the encoder and the decoder layers *below* the adapters run once, without
+grad; their output (the input of the first adapted layer, with its attention masks and encoder
+states) is captured and reused by every adapter path.  Only the top-k layers run once per path,
+the teacher (global) path without grad, and the cross-attention keys/values of the encoder output
+(frozen projections of a frozen input) are computed once and reused by the second path.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+from fedrepro.papers.adafedseleckd.adapters import (
+    AdaptedDecoderLayer,
+    AdapterRouter,
+    AdapterStack,
+    FrozenProjectionMemo,
+)
+
+
+class _PrefixCaptured(Exception):
+    """Raised by the capture hook to stop the decoder after the frozen prefix."""
+
+
+class AdapterSummarizer(nn.Module):
+    """Frozen backbone + global/local adapters on the top-k decoder layers.
+
+    Parameters
+    ----------
+    backbone : transformers ``BartForConditionalGeneration`` or ``LEDForConditionalGeneration``
+    adapter_top_k : int
+        Number of top decoder layers followed by adapters (paper: 6 large, 3 base).
+    bottleneck : int
+        Adapter bottleneck m (paper: 2048 large, 1536 base).
+    roles : tuple of str
+        ``("local",)`` for single-adapter methods, ``("global", "local")`` for the KD methods.
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        adapter_top_k: int,
+        bottleneck: int,
+        roles: tuple[str, ...] = ("local",),
+    ) -> None:
+        super().__init__()
+        self.backbone = backbone
+        for p in self.backbone.parameters():
+            p.requires_grad_(False)
+        decoder = backbone.get_decoder()
+        n_layers = len(decoder.layers)
+        if not 1 <= adapter_top_k <= n_layers:
+            raise ValueError(
+                f"adapter_top_k={adapter_top_k} but the backbone decoder has {n_layers} layers"
+            )
+        self.first_adapted = n_layers - adapter_top_k
+        d_model = backbone.config.d_model
+        self.stacks = nn.ModuleDict(
+            {role: AdapterStack(d_model, bottleneck, adapter_top_k) for role in roles}
+        )
+        if "global" in self.stacks:
+            self.stacks["global"].requires_grad_(False)  # §III-B3: never optimised locally
+        self.router = AdapterRouter(self.stacks)
+        self._kv_memos: list[FrozenProjectionMemo] = []
+        for j, idx in enumerate(range(self.first_adapted, n_layers)):
+            cross = getattr(decoder.layers[idx], "encoder_attn", None)
+            for name in ("k_proj", "v_proj"):
+                if cross is not None and isinstance(getattr(cross, name, None), nn.Linear):
+                    memo = FrozenProjectionMemo(getattr(cross, name))
+                    setattr(cross, name, memo)
+                    self._kv_memos.append(memo)
+            decoder.layers[idx] = AdaptedDecoderLayer(decoder.layers[idx], self.router, j)
+        self.is_led = type(backbone).__name__.startswith("LED")
+        bias = getattr(backbone, "final_logits_bias", None)
+        # BART/LED ship an all-zero logits bias: decided once here, not on every forward
+        self._use_logits_bias = bias is not None and bool(bias.any())
+        self.backbone.eval()
+
+    # -- modes and parameters -------------------------------------------------------------
+    def train(self, mode: bool = True) -> AdapterSummarizer:
+        super().train(mode)
+        self.backbone.eval()  # frozen backbone: no dropout, whatever the adapters' mode
+        return self
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def adapter_state(self, role: str) -> OrderedDict[str, torch.Tensor]:
+        return self.stacks[role].shared_state()
+
+    def load_adapter_state(self, role: str, state: dict[str, torch.Tensor]) -> None:
+        self.stacks[role].load_shared_state(state)
+
+    # -- forward --------------------------------------------------------------------------
+    def _encoder_kwargs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.is_led:
+            # LED summarization convention: global attention on the first (<s>) token.
+            gam = torch.zeros_like(attention_mask)
+            gam[:, 0] = 1
+            kwargs["global_attention_mask"] = gam
+        return kwargs
+
+    @torch.no_grad()
+    def frozen_prefix(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+    ) -> tuple[tuple, dict]:
+        """Run the encoder and the unadapted lower decoder layers once, without grad.
+
+        Returns the positional and keyword arguments the first adapted layer receives.
+        """
+        for memo in self._kv_memos:
+            memo.clear()
+        encoder = self.backbone.get_encoder()
+        enc = encoder(**self._encoder_kwargs(input_ids, attention_mask)).last_hidden_state
+        decoder = self.backbone.get_decoder()
+        captured: dict = {}
+
+        def hook(_module, args, kwargs):
+            captured["args"], captured["kwargs"] = args, kwargs
+            raise _PrefixCaptured
+
+        handle = decoder.layers[self.first_adapted].register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            decoder(
+                input_ids=decoder_input_ids,
+                encoder_hidden_states=enc,
+                encoder_attention_mask=attention_mask,
+                use_cache=False,
+            )
+        except _PrefixCaptured:
+            pass
+        finally:
+            handle.remove()
+        if "args" not in captured:
+            raise RuntimeError("decoder did not reach the first adapted layer")
+        return captured["args"], captured["kwargs"]
+
+    def adapted_logits(self, prefix: tuple[tuple, dict], role: str) -> torch.Tensor:
+        """Top-k decoder layers with ``role``'s adapters, then the (frozen) LM head."""
+        args, kwargs = prefix
+        decoder = self.backbone.get_decoder()
+        self.router.active = role
+        hidden = args[0]
+        for layer in decoder.layers[self.first_adapted :]:
+            out = layer(hidden, *args[1:], **kwargs)
+            hidden = out[0] if isinstance(out, tuple) else out
+        final_norm = getattr(decoder, "layer_norm", None)
+        if final_norm is not None:
+            hidden = final_norm(hidden)
+        logits = self.backbone.lm_head(hidden)
+        if self._use_logits_bias:
+            logits = logits + self.backbone.final_logits_bias.to(logits.dtype)
+        return logits
+
+    def path_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+        student: str = "local",
+        teacher: str | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Student logits (with grad) and, if asked, teacher logits (no grad) for one batch."""
+        prefix = self.frozen_prefix(input_ids, attention_mask, decoder_input_ids)
+        teacher_logits = None
+        if teacher is not None:
+            with torch.no_grad():
+                teacher_logits = self.adapted_logits(prefix, teacher)
+        student_logits = self.adapted_logits(prefix, student)
+        self.router.active = "local" if "local" in self.stacks else student
+        return student_logits, teacher_logits
+
+    @torch.no_grad()
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, role: str = "local", **gen
+    ) -> torch.Tensor:
+        """Beam-search (or greedy) generation through ``role``'s adapters."""
+        self.router.active = role
+        kwargs = self._encoder_kwargs(input_ids, attention_mask)
+        return self.backbone.generate(**kwargs, **gen)
+
+
+def initial_adapter_state(
+    d_model: int, bottleneck: int, adapter_top_k: int, seed: int
+) -> OrderedDict[str, torch.Tensor]:
+    """The server's initial adapter tensors W^1 (Algorithm 1, line 2), a function of the seed."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return AdapterStack(d_model, bottleneck, adapter_top_k).shared_state()
+
+
+def build_summarizer(
+    backbone_dir: str,
+    adapter_top_k: int,
+    bottleneck: int,
+    roles: tuple[str, ...],
+    adapter_init_seed: int,
+):
+    """Load a backbone folder and wrap it; every role starts from :func:`initial_adapter_state`."""
+    from fedrepro.models.backbones import load_backbone
+
+    tokenizer, backbone = load_backbone(backbone_dir)
+    model = AdapterSummarizer(backbone, adapter_top_k, bottleneck, roles)
+    init = initial_adapter_state(backbone.config.d_model, bottleneck, adapter_top_k, adapter_init_seed)
+    for role in roles:
+        model.load_adapter_state(role, init)
+    return tokenizer, model

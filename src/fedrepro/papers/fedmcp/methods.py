@@ -1,0 +1,485 @@
+"""The nine methods of FedMCP's comparison (§V-B, Table I) and their client update, plus the
+§V-E ablations, behind one model interface.
+
+=============  ==================  ==========================  ================================
+method         trainable           sent to the server          client objective (one round)
+=============  ==================  ==========================  ================================
+Local          A_g, A_p, g1        nothing                     CE(g1, both adapters)
+FedAvg-FT      backbone, head      every backbone parameter    CE(head, full fine-tuning)
+FedAvg-PEFT    A_g, A_p, g1        A_g and A_p                 CE(g1, both adapters)
+FedLR          LoRA(q, v), head    LoRA tensors                CE(head, backbone + LoRA)
+FedAP          A_g, g2             A_g                         CE(g2, backbone + A_g)
+MOON           A_g, g2             A_g                         CE(g2) + μ_moon·ℓ_con (MOON §3.3)
+FedRep         A_g (body), g2      A_g                         head epochs (body frozen), then
+                                                               body epochs (head frozen), CE(g2)
+FedMatch       A_g, A_p, g1        A_g (shared "backbone")     CE(g1, both adapters); A_p is the
+                                                               private patch
+FedMCP         A_g, A_p, g1, g2    A_g                         eq. 8: (1−γ)L_a + γL_b + μL_c
+FedMCP-noLc    as FedMCP           A_g                         eq. 8 with μ = 0
+FedMCP-noLb    as FedMCP           A_g                         eq. 8 with γ = 0
+FedMCP-cos     as FedMCP           A_g                         eq. 8, Sim = cosine (§V-E, Fig. 4)
+FedMCP-cls     as FedMCP           A_g                         eq. 8, X/Y/Z = <s> state (Fig. 5)
+=============  ==================  ==========================  ================================
+
+A_g / A_p are the global / private Houlsby adapter sets of
+:class:`fedrepro.papers.fedmcp.model.DualAdapterRoberta` (r = 16, §V-C); g1 is its head on
+the full model (mode ``"both"``), g2 its head on backbone + A_g (mode ``"global"``).  Heads are
+never shared ("we did not share the classifier parameters across tasks", §V-C).  Every method
+but FedAvg-FT keeps the backbone frozen (§V-B, last paragraph).
+
+One interface for every method (see :func:`build_model`)::
+
+    model(input_ids, attention_mask) -> (logits, pooled)   # the model the client is evaluated with
+    model.shared_state() -> OrderedDict[str, Tensor]        # exactly what goes to the server
+    model.load_shared_state(state)                          # exact key check
+    model.trainable_parameters()
+
+:func:`local_update` runs one client round (Algorithm 1, LocalUpdate) and :func:`shared_share`
+gives the communicated fraction of Table I.
+
+Choices the paper leaves open (all ours)
+----------------------------------------
+* **Pooling and heads.**  Every method classifies with a linear head on the masked mean of the
+  last-layer token states (the FedMCP representation of §IV-D); FedAvg-FT and FedLR get the same
+  kind of head rather than ``RobertaForSequenceClassification``'s two-layer ``<s>`` head, so the
+  only difference between methods is what is trained and shared.
+* **Local and FedAvg-PEFT use both adapter sets** ("both" mode, g1): Table I lists 1.16 %
+  trainable for them, i.e. two adapter sets.  FedAP uses one (0.58 %).
+* **MOON and FedRep use one adapter set** (A_g + g2), as the brief for this module asks, although
+  Table I lists 1.16 % trainable *and communicated* for both -- which would mean two averaged
+  sets.  The paper gives no further detail; with one set they are directly comparable to FedAP.
+* **MOON.**  ℓ_con (:func:`fedrepro.papers.fedmcp.losses.moon_contrastive_loss`) on the mean-pooled
+  representation of backbone + A_g (MOON's projection head is not used: the paper says only that
+  MOON contrasts "the representations learned by the local models and the global model").
+  z_glob: the *received* server adapter, z_prev: the client's adapter after its previous round
+  (``prev_shared_state``; both computed per batch without grad).  In the first round, with no
+  previous model, z_prev = z_glob (as MOON's reference code, whose "previous" model pool starts as
+  the global model): the term is then the constant log 2 with zero gradient.  μ_moon = 1 and
+  τ = 0.5 by default (MOON's defaults for its text-free benchmarks; the paper states neither).
+* **FedRep.**  Body = A_g (averaged), head = g2 (local).  Each round: ``head_epochs`` epochs on
+  g2 with A_g frozen, then ``epochs`` epochs on A_g with g2 frozen (FedRep Algorithm 1); a fresh
+  Adam per phase.
+* **FedMatch** (Chen et al., CIKM 2021, the paper's [27]; §II: "the shared backbone learns common
+  knowledge and the private patch holds information specific to each client").  With a frozen PLM
+  the trainable "backbone" becomes the shared adapter A_g and the "patch" the private adapter A_p,
+  combined as in FedMCP (h + ½a_g(h) + ½a_p(h)), trained jointly with CE on the full model (g1);
+  only A_g is averaged.  The roles are separated by aggregation alone -- no contrastive or
+  backbone-only loss -- so FedMatch here is exactly FedMCP without L_b and L_c, which is what
+  makes it the natural architectural control.  Table I's 1.16 % *communicated* for FedMatch
+  would mean both adapters are sent, contradicting a private patch; we keep the patch private.
+* **FedMCP** (Algorithm 1, eq. 8).  Per batch, four forward passes on the same input:
+  ``"both"`` → g1 logits (L_a); ``"global"`` → g2 logits (L_b) *and* X (same pass);
+  ``"private"`` → Y; ``"global"`` with A_g replaced by the received server average (via
+  :func:`torch.func.functional_call`, ``no_grad``) → Z.  Z is recomputed per batch from the
+  snapshot of ``server_state`` taken at the start of the round (the averaged adapter θ_g^t,
+  never updated during the round).  When μ = 0 (noLc) the Y and Z passes are skipped and L_c is
+  reported as 0.  FedMCP-cls uses the ``<s>`` state for X, Y, Z only; the heads still read the
+  mean-pooled representation (§V-E changes "sentence representation in model-contrastive
+  personalization").
+* **Optimiser.**  Adam (lr 5e-4, §V-C), a fresh one each round (the paper does not say whether
+  Adam's moments persist across rounds); no weight decay, no scheduler.
+* **Dropout.**  The frozen backbone runs in eval mode (no dropout) for every PEFT method, as
+  :class:`DualAdapterRoberta` does; FedLR's ``lora_dropout`` defaults to 0.  FedAvg-FT trains the
+  backbone in train mode (ordinary fine-tuning dropout).
+* **FedLR** (FedPETuning's LoRA baseline): ``peft`` ``LoraConfig(r=8, lora_alpha=16,
+  target_modules=["query", "value"])``.  On roberta-base this communicates 294,912 parameters
+  (0.24 % of full FT), not Table I's 0.58 %; raise ``lora_r`` to match the paper's budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fedrepro.papers.fedmcp.losses import fedmcp_loss, moon_contrastive_loss
+from fedrepro.io import InputError
+from fedrepro.papers.fedmcp.model import DualAdapterRoberta
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSpec:
+    """One row of the table in the module docstring.
+
+    ``kind``: ``"adapters"`` (DualAdapterRoberta), ``"full_ft"`` or ``"lora"``.
+    ``trained`` / ``shared``: adapter roles and heads trained / sent (adapter kind only).
+    ``eval_mode``: DualAdapterRoberta mode of the evaluated model (``"both"`` → g1,
+    ``"global"`` → g2).  ``objective``: ``"ce" | "moon" | "fedrep" | "fedmcp"``.
+    ``gamma`` / ``mu``: fixed overrides of ``hp.gamma`` / ``hp.mu`` (ablations), else None.
+    """
+
+    name: str
+    kind: str
+    federated: bool
+    trained: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
+    eval_mode: str = "both"
+    objective: str = "ce"
+    similarity: str = "cka"
+    rep_pooling: str = "mean"
+    gamma: float | None = None
+    mu: float | None = None
+
+
+_BOTH = ("global", "private", "g1")
+_ONE = ("global", "g2")
+_MCP = ("global", "private", "g1", "g2")
+
+METHODS: dict[str, MethodSpec] = {
+    "Local": MethodSpec("Local", "adapters", False, _BOTH, (), "both"),
+    "FedAvg-FT": MethodSpec("FedAvg-FT", "full_ft", True),
+    "FedAvg-PEFT": MethodSpec("FedAvg-PEFT", "adapters", True, _BOTH, ("global", "private")),
+    "FedLR": MethodSpec("FedLR", "lora", True),
+    "FedAP": MethodSpec("FedAP", "adapters", True, _ONE, ("global",), "global"),
+    "MOON": MethodSpec("MOON", "adapters", True, _ONE, ("global",), "global", "moon"),
+    "FedRep": MethodSpec("FedRep", "adapters", True, _ONE, ("global",), "global", "fedrep"),
+    "FedMatch": MethodSpec("FedMatch", "adapters", True, _BOTH, ("global",), "both"),
+    "FedMCP": MethodSpec("FedMCP", "adapters", True, _MCP, ("global",), "both", "fedmcp"),
+    "FedMCP-noLc": MethodSpec(
+        "FedMCP-noLc", "adapters", True, _MCP, ("global",), "both", "fedmcp", mu=0.0
+    ),
+    "FedMCP-noLb": MethodSpec(
+        "FedMCP-noLb", "adapters", True, _MCP, ("global",), "both", "fedmcp", gamma=0.0
+    ),
+    "FedMCP-cos": MethodSpec(
+        "FedMCP-cos", "adapters", True, _MCP, ("global",), "both", "fedmcp", similarity="cosine"
+    ),
+    "FedMCP-cls": MethodSpec(
+        "FedMCP-cls", "adapters", True, _MCP, ("global",), "both", "fedmcp", rep_pooling="cls"
+    ),
+}
+
+
+def get_method(method: str | MethodSpec) -> MethodSpec:
+    if isinstance(method, MethodSpec):
+        return method
+    try:
+        return METHODS[method]
+    except KeyError:
+        raise InputError(f"unknown FedMCP method {method!r}; known: {list(METHODS)}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalHParams:
+    """Client settings: Adam lr 5e-4, one epoch per round, γ = 0.5, μ = 0.05 (§V-C); MOON's
+    μ and τ (MOON defaults 1 and 0.5); FedRep's head epochs per round."""
+
+    lr: float = 5e-4
+    epochs: int = 1
+    gamma: float = 0.5
+    mu: float = 0.05
+    moon_mu: float = 1.0
+    moon_tau: float = 0.5
+    head_epochs: int = 1
+
+    @classmethod
+    def from_config(cls, cfg: Mapping) -> LocalHParams:
+        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        kw = {}
+        for k, v in cfg.items():
+            if k in fields:
+                kw[k] = int(v) if k in ("epochs", "head_epochs") else float(v)
+        return cls(**kw)
+
+
+# -- models ------------------------------------------------------------------------------------
+def _check_keys(own: Iterable[str], got: Iterable[str], what: str) -> None:
+    own, got = set(own), set(got)
+    if own != got:
+        raise ValueError(
+            f"{what} state keys differ: missing {sorted(own - got)[:5]}, "
+            f"unexpected {sorted(got - own)[:5]}"
+        )
+
+
+class _FedModel(nn.Module):
+    """Common interface; subclasses define :meth:`_shared_parameters`."""
+
+    spec: MethodSpec
+
+    def _shared_parameters(self) -> OrderedDict[str, nn.Parameter]:
+        raise NotImplementedError
+
+    def shared_state(self) -> OrderedDict[str, torch.Tensor]:
+        """Exactly the tensors this method sends to the server (detached copies)."""
+        return OrderedDict((k, p.detach().clone()) for k, p in self._shared_parameters().items())
+
+    def load_shared_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load the server's average into the shared parameters; key sets must match exactly."""
+        own = self._shared_parameters()
+        _check_keys(own, state, f"{self.spec.name} shared")
+        with torch.no_grad():
+            for k, p in own.items():
+                v = state[k]
+                if v.shape != p.shape:
+                    raise ValueError(f"{k}: shape {tuple(v.shape)} != {tuple(p.shape)}")
+                p.copy_(v)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+
+class AdapterMethodModel(_FedModel):
+    """DualAdapterRoberta with the spec's adapters/heads trainable (all adapter-kind methods).
+
+    ``forward(ids, mask, mode=None, pooling="mean")`` returns ``(logits, pooled)``: logits of the
+    mode's head on the *mean*-pooled state (None for ``"private"``), ``pooled`` with ``pooling``.
+    Without ``mode`` it is the evaluated model (``spec.eval_mode``).
+    """
+
+    def __init__(self, spec: MethodSpec, backbone: nn.Module, num_labels: int, bottleneck: int):
+        super().__init__()
+        self.spec = spec
+        self.net = DualAdapterRoberta(backbone, num_labels, bottleneck=bottleneck)
+        parts = {"global": self.net.adapters["global"], "private": self.net.adapters["private"],
+                 "g1": self.net.g1, "g2": self.net.g2}
+        for name, module in parts.items():
+            for p in module.parameters():
+                p.requires_grad_(name in spec.trained)
+
+    def _shared_parameters(self) -> OrderedDict[str, nn.Parameter]:
+        return OrderedDict(
+            (f"{role}.{k}", p)
+            for role in self.spec.shared
+            for k, p in self.net.adapters[role].named_parameters()
+        )
+
+    def forward(self, input_ids, attention_mask, mode: str | None = None, pooling: str = "mean"):
+        mode = mode or self.spec.eval_mode
+        net = self.net
+        net.router.set_mode(mode)
+        try:
+            out = net.backbone(input_ids=input_ids, attention_mask=attention_mask)
+            hidden = out.last_hidden_state
+        finally:
+            net.router.set_mode("both")
+        mean = net.pool(hidden, attention_mask, "mean")
+        pooled = mean if pooling == "mean" else net.pool(hidden, attention_mask, pooling)
+        head = {"both": net.g1, "global": net.g2}.get(mode)
+        return (head(mean) if head is not None else None), pooled
+
+    def body_parameters(self) -> list[nn.Parameter]:
+        """FedRep's body (the global adapter set)."""
+        return list(self.net.adapters["global"].parameters())
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        return list((self.net.g1 if self.spec.eval_mode == "both" else self.net.g2).parameters())
+
+    @torch.no_grad()
+    def representation_with_global(self, global_state, input_ids, attention_mask,
+                                   pooling: str = "mean") -> torch.Tensor:
+        """Pooled representation of backbone + a *given* global adapter (no grad, own A_g
+        untouched): Z for FedMCP, z_glob / z_prev for MOON.  ``global_state`` keys are the
+        global set's own (``layers.0.attention.down.weight``...) or prefixed ``global.``."""
+        params = {}
+        for k, v in global_state.items():
+            k = k[len("global."):] if k.startswith("global.") else k
+            params[f"net.adapters.global.{k}"] = v
+        _check_keys({f"net.adapters.global.{k}" for k in self.net.adapters["global"].state_dict()},
+                    params, "global adapter")
+        _, pooled = torch.func.functional_call(
+            self, params, (input_ids, attention_mask), {"mode": "global", "pooling": pooling}
+        )
+        return pooled
+
+
+class _HeadModel(_FedModel):
+    """Encoder + local linear head on the mean-pooled last layer (FedAvg-FT, FedLR)."""
+
+    def __init__(self, spec: MethodSpec, encoder: nn.Module, hidden: int, num_labels: int):
+        super().__init__()
+        self.spec = spec
+        self.encoder = encoder
+        self.head = nn.Linear(hidden, num_labels)
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        pooled = DualAdapterRoberta.pool(hidden, attention_mask, "mean")
+        return self.head(pooled), pooled
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        return list(self.head.parameters())
+
+
+class FullFTModel(_HeadModel):
+    """FedAvg (Full FT): every backbone parameter trained and averaged; the head stays local."""
+
+    def __init__(self, spec, backbone, num_labels):
+        super().__init__(spec, backbone, backbone.config.hidden_size, num_labels)
+        for p in backbone.parameters():
+            p.requires_grad_(True)
+
+    def _shared_parameters(self):
+        return OrderedDict((f"encoder.{k}", p) for k, p in self.encoder.named_parameters())
+
+
+class LoraModel(_HeadModel):
+    """FedLR: ``peft`` LoRA on RoBERTa's query/value; only the ``lora_`` tensors are averaged."""
+
+    def __init__(self, spec, backbone, num_labels, r: int, alpha: float, dropout: float,
+                 target_modules=("query", "value")):
+        from peft import LoraConfig, get_peft_model
+
+        for p in backbone.parameters():
+            p.requires_grad_(False)
+        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                            target_modules=list(target_modules), bias="none")
+        super().__init__(spec, get_peft_model(backbone, config), backbone.config.hidden_size,
+                         num_labels)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.encoder.eval()  # frozen backbone: no dropout (as DualAdapterRoberta)
+        for name, m in self.encoder.named_modules():  # ... but LoRA's own dropout follows mode
+            if name.endswith("lora_dropout"):
+                m.train(mode)
+        return self
+
+    def _shared_parameters(self):
+        return OrderedDict(
+            (f"encoder.{k}", p) for k, p in self.encoder.named_parameters() if "lora_" in k
+        )
+
+
+def build_model(method: str | MethodSpec, backbone: nn.Module, num_labels: int,
+                cfg: Mapping | None = None) -> _FedModel:
+    """Wrap a transformers ``RobertaModel`` (modified in place) into ``method``'s client model.
+
+    ``cfg`` keys (all optional): ``bottleneck`` (16), ``lora_r`` (8), ``lora_alpha`` (16),
+    ``lora_dropout`` (0.0).
+    """
+    spec = get_method(method)
+    cfg = dict(cfg or {})
+    if spec.kind == "adapters":
+        return AdapterMethodModel(spec, backbone, num_labels, int(cfg.get("bottleneck", 16)))
+    if spec.kind == "full_ft":
+        return FullFTModel(spec, backbone, num_labels)
+    if spec.kind == "lora":
+        return LoraModel(spec, backbone, num_labels, r=int(cfg.get("lora_r", 8)),
+                         alpha=float(cfg.get("lora_alpha", 16)),
+                         dropout=float(cfg.get("lora_dropout", 0.0)))
+    raise ValueError(f"unknown method kind {spec.kind!r}")
+
+
+def shared_share(model: _FedModel, full_ft_params: int) -> float:
+    """Fraction of parameters sent per round relative to full fine-tuning (Table I "Comm.")."""
+    return sum(t.numel() for t in model.shared_state().values()) / full_ft_params
+
+
+# -- losses per batch ----------------------------------------------------------------------------
+def fedmcp_batch_loss(model: AdapterMethodModel, batch: Mapping, spec: MethodSpec,
+                      hp: LocalHParams, z_state: Mapping[str, torch.Tensor]):
+    """Eq. 8 on one batch (passes and roles in the module docstring); returns (loss, parts)."""
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    gamma = hp.gamma if spec.gamma is None else spec.gamma
+    mu = hp.mu if spec.mu is None else spec.mu
+    logits_full, _ = model(ids, mask, mode="both")
+    logits_global, x = model(ids, mask, mode="global", pooling=spec.rep_pooling)
+    if mu == 0.0:  # noLc: the Y and Z passes do not enter the loss
+        loss_a = F.cross_entropy(logits_full.float(), labels)
+        loss_b = F.cross_entropy(logits_global.float(), labels)
+        loss = (1.0 - gamma) * loss_a + gamma * loss_b
+        return loss, {"L_a": float(loss_a.detach()), "L_b": float(loss_b.detach()), "L_c": 0.0}
+    _, y = model(ids, mask, mode="private", pooling=spec.rep_pooling)
+    z = model.representation_with_global(z_state, ids, mask, pooling=spec.rep_pooling)
+    return fedmcp_loss(logits_full, logits_global, labels, x, y, z, gamma=gamma, mu=mu,
+                       similarity=spec.similarity)
+
+
+def moon_batch_loss(model: AdapterMethodModel, batch: Mapping, hp: LocalHParams,
+                    glob_state, prev_state):
+    """CE(g2) + μ_moon·ℓ_con(z, z_glob, z_prev) (MOON eq. 3–4); returns (loss, parts)."""
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    logits, z = model(ids, mask, mode="global")
+    z_glob = model.representation_with_global(glob_state, ids, mask)
+    z_prev = model.representation_with_global(prev_state, ids, mask)
+    ce = F.cross_entropy(logits.float(), labels)
+    con = moon_contrastive_loss(z, z_glob, z_prev, temperature=hp.moon_tau)
+    return ce + hp.moon_mu * con, {"L_ce": float(ce.detach()), "L_con": float(con.detach())}
+
+
+# -- client round --------------------------------------------------------------------------------
+def _epoch_batches(batches, epoch: int):
+    return batches(epoch) if callable(batches) else batches
+
+
+def _run(model, params, batches, epochs, lr, loss_fn: Callable, stats: dict, phase: str):
+    if epochs <= 0 or not params:
+        return
+    opt = torch.optim.Adam(params, lr=lr)
+    n_ex = 0
+    for epoch in range(epochs):
+        n_ex = 0
+        for batch in _epoch_batches(batches, epoch):
+            loss, parts = loss_fn(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            stats["_loss"] += float(loss.detach())
+            stats["_steps"] += 1
+            n_ex += int(batch["labels"].shape[0])
+            for k, v in parts.items():
+                stats["_parts"][k] = stats["_parts"].get(k, 0.0) + v
+    stats["phases"].append((phase, epochs))
+    stats["n_examples"] = n_ex
+
+
+def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalHParams,
+                 server_state: Mapping[str, torch.Tensor] | None,
+                 prev_shared_state: Mapping[str, torch.Tensor] | None = None) -> dict:
+    """One client round (FedMCP Algorithm 1, LocalUpdate; the baselines' equivalents).
+
+    ``server_state`` (the averaged shared tensors) is loaded first (ignored for Local; ``None``
+    keeps the current shared part, e.g. before the first aggregation).  ``batches``: a re-iterable
+    of dicts with ``input_ids``, ``attention_mask``, ``labels`` -- or ``batches(epoch)`` giving one.
+    ``prev_shared_state``: MOON only, the client's shared state after its previous round.
+
+    Returns ``{"loss": mean batch loss (pre-step), "n_examples": examples per epoch,
+    "n_steps", "phases", <mean loss parts>}``; send ``model.shared_state()`` afterwards.
+    """
+    spec = get_method(method)
+    if spec.federated and server_state is not None:
+        model.load_shared_state(server_state)
+    snapshot = model.shared_state()  # the received average, fixed for the round
+    model.train()
+    stats = {"_loss": 0.0, "_steps": 0, "_parts": {}, "phases": [], "n_examples": 0}
+
+    def ce(batch):
+        logits, _ = model(batch["input_ids"], batch["attention_mask"])
+        loss = F.cross_entropy(logits.float(), batch["labels"])
+        return loss, {"L_ce": float(loss.detach())}
+
+    if spec.objective == "ce":
+        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr, ce, stats, "all")
+    elif spec.objective == "fedmcp":
+        z_state = OrderedDict((k[len("global."):], v) for k, v in snapshot.items())
+        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr,
+             lambda b: fedmcp_batch_loss(model, b, spec, hp, z_state), stats, "all")
+    elif spec.objective == "moon":
+        prev = snapshot if prev_shared_state is None else prev_shared_state
+        _check_keys(snapshot, prev, "MOON previous-round")
+        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr,
+             lambda b: moon_batch_loss(model, b, hp, snapshot, prev), stats, "all")
+    elif spec.objective == "fedrep":
+        body, head = model.body_parameters(), model.head_parameters()
+        for frozen, trained, epochs, phase in ((body, head, hp.head_epochs, "head"),
+                                               (head, body, hp.epochs, "body")):
+            for p in frozen:
+                p.requires_grad_(False)
+            try:
+                _run(model, trained, batches, epochs, hp.lr, ce, stats, phase)
+            finally:
+                for p in frozen:
+                    p.requires_grad_(True)
+    else:
+        raise ValueError(f"unknown objective {spec.objective!r}")
+    model.eval()
+    steps = max(stats["_steps"], 1)
+    out = {"loss": stats["_loss"] / steps, "n_steps": stats["_steps"],
+           "n_examples": stats["n_examples"], "phases": stats["phases"]}
+    out.update({k: v / steps for k, v in stats["_parts"].items()})
+    return out

@@ -1,0 +1,359 @@
+"""FedSUMM's server on Flower: Algorithm 1 (memory gradients, ρ, gradient adapter, plain mean) and
+eq. 9-10's DP inside the project's sorted, checkpointed FedAvg strategy.
+
+:class:`FedSummStrategy` subclasses :class:`~fedrepro.fl.strategy.SortedCheckpointFedAvg` (replies
+sorted by partition id, failures stop the run, per-round checkpoints and resume) and fills its
+hooks with :class:`~fedrepro.papers.fedsumm.algorithm.FedSummServer` (regime ``FedSUMM``) or
+:class:`FedAvgServer` (regime ``FedAvg``: the same allocation, ρ bookkeeping and aggregation, no
+memory and no guidance) -- so the two regimes differ only by the server procedure:
+
+* ``sample_partitions``: S_t is the server's seeded random allocation
+  (:meth:`FedSummServer.sample_clients`, ``fedsumm.algorithm.clients_per_round``), the same for
+  both regimes;
+* ``client_records``: the guidance of Algorithm 1 for each client of S_t -- ``fedsumm-guidance``
+  (``ArrayRecord``: the modulated gradient g̃) and ``fedsumm-guidance-config`` (``ConfigRecord``:
+  ρ, the client's previous loss, ε) -- nothing in a client's first round, nothing for FedAvg;
+* ``aggregate_arrays``: the client "gradient" is computed on the server from the returned
+  parameters (``delta``: g^c = w_t − w^c; or read from the ``fedsumm-gradient`` reply record with
+  ``client_gradient: mean_batch_gradient``), then :meth:`FedSummServer.server_round` (MG update,
+  ρ, sort by loss, adapter, ``w^c − g̃^c``, mean);
+* ``round_extras``: ρ per client and the mean, the memory order, which clients were modulated, the
+  DP clipping norm and noise scale, every client's per-step losses, and the evaluation of the new
+  global model on every client (Flower ``evaluate`` messages: validation perplexity, and ROUGE-L
+  on the test split when ``rouge_every_round``), into the round's log;
+* ``save_server_state`` / ``__init__``: the server state (MG, losses, guidance, ρ sums) is saved
+  with every round's checkpoint and loaded when the run resumes.
+
+Differential privacy (eq. 9-10)
+-------------------------------
+Flower's DP strategies (and :class:`~fedrepro.fl.dp.DifferentialPrivacyServerSideMedianClipping`)
+*wrap* a strategy: they clip the replies, let the inner strategy aggregate, then add noise to what
+it returns.  Around this strategy that composition is wrong twice: (1) the inner strategy writes
+its round checkpoint inside ``aggregate_train``, so the checkpoint would hold the noise-free
+aggregate and a resumed run would continue from a model the uninterrupted run never had; (2) with
+the gradient adapter the update FedSUMM aggregates is the *modulated* ``w^c − g̃^c − w_t``, which
+only exists inside the server procedure, not in the replies a wrapper sees.  So the same pure
+function (:func:`~fedrepro.fl.dp.dp_median_clip_mean`: clip each update to the median norm M,
+N(0, M²σ²) on the sum, divide by m) is the aggregation step of ``server_round`` here; its noise
+comes from a ``torch.Generator`` seeded by (cell seed, round), so a resumed run draws the same
+noise.  ``fedsumm.dp.enabled`` / ``noise_multiplier`` / ``regimes`` switch it; M, σ, M·σ, M·σ/m,
+the number clipped and every ζ^k go into the round log (``dp``) and the round's metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+
+from fedrepro.papers.fedsumm.algorithm import (
+    ClientReply,
+    FedSummConfig,
+    FedSummServer,
+    _check_same_keys,
+    _detached,
+    plain_mean,
+)
+from fedrepro.data.seq2seq import derive_seed
+from fedrepro.fl.dp import METRIC_KEYS, dp_median_clip_mean
+from fedrepro.papers.fedsumm.task import (
+    GUIDANCE_ARRAYS,
+    GUIDANCE_CONFIG,
+    REPLY_GRADIENT,
+    REPLY_STEPS,
+    pool_evaluation,
+)
+from fedrepro.fl.strategy import SortedCheckpointFedAvg, payload_bytes
+from fedrepro.io import InputError, atomic_path, write_json_atomic
+
+Tensors = Mapping[str, torch.Tensor]
+
+
+class FedAvgServer(FedSummServer):
+    """FedAvg with FedSUMM's bookkeeping: the same allocation S_t and ρ (eq. 5-6, Fig. 6), the
+    plain mean of the returned models (or the DP mean); no memory gradients, no guidance
+    (``guidance`` stays empty, so :meth:`guidance_for` always answers None)."""
+
+    def server_round(
+        self,
+        round_index: int,
+        global_params: Tensors,
+        replies: Mapping[str, ClientReply],
+        aggregate: Callable[[Sequence[Tensors]], tuple[Tensors, dict]] = plain_mean,
+    ) -> tuple[OrderedDict[str, torch.Tensor], dict]:
+        if not replies:
+            raise InputError(f"round {round_index}: no client replied")
+        unknown = [c for c in replies if c not in self.client_index]
+        if unknown:
+            raise InputError(f"round {round_index}: replies from unknown clients {unknown}")
+        if round_index <= self.last_round:
+            raise InputError(
+                f"round {round_index} already aggregated (last round {self.last_round})"
+            )
+        clients = sorted(replies)
+        w_t = _detached(global_params)
+        for c in clients:
+            _check_same_keys(
+                w_t, replies[c].params, f"round {round_index}, client {c!r} parameters"
+            )
+            self.losses[c] = float(replies[c].loss)
+        if self.config.rho_reference == "round_mean":
+            reference = OrderedDict(
+                (k, sum(replies[c].params[k].detach() for c in clients) / len(clients)) for k in w_t
+            )
+        else:
+            reference = w_t
+        rho = {c: self.tracker.update(c, replies[c].params, reference) for c in clients}
+        updates = [
+            OrderedDict((k, replies[c].params[k].detach() - w_t[k]) for k in w_t) for c in clients
+        ]
+        mean_update, info = aggregate(updates)
+        self.last_round = round_index
+        log = {
+            "round": round_index,
+            "clients": clients,
+            "rho": rho,
+            "rho_mean": sum(rho.values()) / len(rho),
+            "losses": {c: self.losses[c] for c in clients},
+            "aggregate": info,
+        }
+        return OrderedDict((k, w_t[k] + mean_update[k].to(w_t[k].dtype)) for k in w_t), log
+
+
+def server_state_path(out_dir: str | Path, round_index: int) -> Path:
+    return Path(out_dir) / "checkpoints" / f"fedsumm_server_round_{round_index:03d}.pt"
+
+
+def _jsonable(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+class FedSummStrategy(SortedCheckpointFedAvg):
+    """The server of a FedSUMM or FedAvg cell (module docstring)."""
+
+    def __init__(self, cell: dict, **kwargs):
+        super().__init__(**kwargs)
+        self.cell = cell
+        self.regime = cell["regime"]
+        if self.regime not in ("FedAvg", "FedSUMM"):
+            raise InputError(
+                f"FedSummStrategy serves FedAvg and FedSUMM cells, not {self.regime!r}"
+            )
+        self.algorithm = FedSummConfig.from_config(cell["algorithm"])
+        if (cell.get("clients_per_round") or None) != self.algorithm.clients_per_round:
+            raise InputError(
+                "cell clients_per_round must equal fedsumm.algorithm.clients_per_round"
+            )
+        self.clients = list(cell["clients"])
+        self.pid_of = {c: i for i, c in enumerate(self.clients)}
+        server_class = FedSummServer if self.regime == "FedSUMM" else FedAvgServer
+        self.server = server_class(self.algorithm, self.clients, self.seed)
+        dp = cell.get("dp") or {}
+        self.dp_enabled = bool(dp.get("enabled", False))
+        self.noise_multiplier = float(dp.get("noise_multiplier", 0.0))
+        if self.round_offset > 0:
+            path = server_state_path(self.out_dir, self.round_offset)
+            if not path.exists():
+                raise InputError(
+                    f"{path}: the FedSUMM server state of round {self.round_offset} is missing; delete "
+                    f"{self.out_dir / 'checkpoints'} to restart this cell"
+                )
+            self.server.load_state_dict(torch.load(path, weights_only=True))
+        self._global: OrderedDict[str, torch.Tensor] | None = None
+        self._grid = None
+        self._cell_json = None
+        self._round_log: dict | None = None
+        self._new_arrays: ArrayRecord | None = None
+        self._guidance_bytes = 0
+
+    # -- S_t and the guidance sent with w_t ----------------------------------------------------
+    def sample_partitions(self, absolute_round: int, partition_ids: list[int]) -> list[int]:
+        if sorted(partition_ids) != list(range(len(self.clients))):
+            raise RuntimeError(
+                f"expected partitions 0..{len(self.clients) - 1}, got {sorted(partition_ids)}"
+            )
+        return sorted(self.pid_of[c] for c in self.server.sample_clients(absolute_round))
+
+    def client_records(self, absolute_round: int, partition_id: int) -> dict:
+        guidance = self.server.guidance_for(self.clients[partition_id])
+        if guidance is None:
+            return {}
+        has_gradient = guidance.modulated_gradient is not None
+        records = {
+            GUIDANCE_CONFIG: ConfigRecord(
+                {
+                    "rho": float(guidance.rho),
+                    "previous-loss": float(guidance.previous_loss),
+                    "epsilon": float(guidance.epsilon),
+                    "has-gradient": has_gradient,
+                    "round": absolute_round,
+                }
+            )
+        }
+        if has_gradient:
+            arrays = ArrayRecord(
+                OrderedDict(
+                    sorted((k, v.detach().cpu()) for k, v in guidance.modulated_gradient.items())
+                )
+            )
+            self._guidance_bytes += payload_bytes(arrays)
+            records[GUIDANCE_ARRAYS] = arrays
+        return records
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
+        self._grid = grid
+        self._cell_json = str(config["cell"])
+        self._global = OrderedDict(
+            (k, v.detach().clone()) for k, v in arrays.to_torch_state_dict().items()
+        )
+        self._guidance_bytes = 0
+        messages = super().configure_train(server_round, arrays, config, grid)
+        self._down_bytes += self._guidance_bytes  # w_t and the guidance are both downlink
+        return messages
+
+    # -- Algorithm 1's server round -------------------------------------------------------------
+    def _aggregate_fn(self, absolute_round: int):
+        if not (self.dp_enabled and self.regime in self.cell["dp"].get("regimes", ("FedSUMM",))):
+            return plain_mean
+        generator = torch.Generator().manual_seed(
+            derive_seed(self.seed, "fedsumm-dp", absolute_round)
+        )
+        return functools.partial(
+            dp_median_clip_mean, noise_multiplier=self.noise_multiplier, generator=generator
+        )
+
+    def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
+        if self._global is None:
+            raise RuntimeError("aggregate_arrays before configure_train")
+        client_replies: dict[str, ClientReply] = {}
+        for m in replies:
+            metrics = m.content["metrics"]
+            client = self.clients[int(metrics["partition-id"])]
+            params = m.content["arrays"].to_torch_state_dict()
+            if "train-loss" not in metrics:
+                raise RuntimeError(f"round {absolute_round}: client {client} sent no train-loss")
+            if self.algorithm.client_gradient == "delta":
+                # g^c = w_t − w^c_{t+1}: computed here from the returned parameters (nothing extra sent)
+                gradient = OrderedDict((k, self._global[k] - params[k]) for k in params)
+            else:
+                if REPLY_GRADIENT not in m.content:
+                    raise RuntimeError(
+                        f"round {absolute_round}: client {client} sent no {REPLY_GRADIENT!r} record"
+                    )
+                gradient = m.content[REPLY_GRADIENT].to_torch_state_dict()
+            client_replies[client] = ClientReply(params, gradient, float(metrics["train-loss"]))
+        w_next, log = self.server.server_round(
+            absolute_round,
+            self._global,
+            client_replies,
+            aggregate=self._aggregate_fn(absolute_round),
+        )
+        self._round_log = log
+        self._new_arrays = ArrayRecord(w_next)
+        metrics = {
+            "num-clients": len(client_replies),
+            "rho-mean": float(log["rho_mean"]),
+            "train-loss": sum(r.loss for r in client_replies.values()) / len(client_replies),
+        }
+        info = log.get("aggregate") or {}
+        if "clip_norm" in info:
+            metrics.update({metric: float(info[key]) for key, metric in METRIC_KEYS.items()})
+        return self._new_arrays, MetricRecord(metrics)
+
+    # -- per-round log: ρ, DP, step losses, evaluation on every client ---------------------------
+    def evaluate_global(self, absolute_round: int) -> dict:
+        """Send w_{t+1} to every client in a Flower ``evaluate`` message and pool the answers."""
+        node_of = self.partitions(self._grid)
+        config = ConfigRecord(
+            {
+                "cell": self._cell_json,
+                "round-offset": self.round_offset,
+                "server-round": absolute_round - self.round_offset,
+            }
+        )
+        messages = [
+            Message(
+                content=RecordDict({"arrays": self._new_arrays, "config": config}),
+                message_type=MessageType.EVALUATE,
+                dst_node_id=node_of[pid],
+            )
+            for pid in sorted(node_of)
+        ]
+        replies = list(self._grid.send_and_receive(messages, timeout=self.timeout))
+        errors = [m.error.reason for m in replies if m.has_error()]
+        if errors or len(replies) < len(messages):
+            reason = (
+                "; ".join(errors)
+                or f"{len(replies)} of {len(messages)} clients answered the evaluation"
+            )
+            write_json_atomic(
+                self.out_dir / "checkpoints" / "failure.json",
+                {"round": absolute_round, "reason": reason},
+            )
+            raise RuntimeError(f"round {absolute_round} evaluation failed: {reason}")
+        per_client = {}
+        for m in replies:
+            rec = m.content["metrics"]
+            entry = {
+                "nll_sum": float(rec["nll-sum"]),
+                "tokens": int(rec["tokens"]),
+                "perplexity_split": "val" if int(rec["split-is-val"]) else "test",
+            }
+            entry["perplexity"] = (
+                math.exp(entry["nll_sum"] / entry["tokens"]) if entry["tokens"] else None
+            )
+            if "rougeL-sum" in rec:
+                entry["rougeL_sum"] = float(rec["rougeL-sum"])
+                entry["test_examples"] = int(rec["test-examples"])
+            per_client[self.clients[int(rec["partition-id"])]] = entry
+        return pool_evaluation(per_client)
+
+    def round_extras(self, absolute_round: int, replies: list[Message]) -> dict:
+        log = self._round_log or {}
+        extras = {
+            "regime": self.regime,
+            "participants": list(log.get("clients", [])),
+            "rho": dict(log.get("rho", {})),
+            "rho_mean": log.get("rho_mean"),
+            "step_losses": {
+                self.clients[int(m.content["metrics"]["partition-id"])]: list(
+                    m.content[REPLY_STEPS]["step-losses"]
+                )
+                for m in replies
+                if REPLY_STEPS in m.content
+            },
+            "guidance_bytes_down": self._guidance_bytes,
+        }
+        if self.regime == "FedSUMM":
+            extras["fedsumm"] = {
+                k: log[k]
+                for k in ("memory_order", "losses", "gradient_norms", "modulated", "memory_source")
+            }
+        info = dict(log.get("aggregate") or {})
+        if "clip_norm" in info:
+            extras["dp"] = info
+        extras["evaluation"] = self.evaluate_global(absolute_round)
+        return _jsonable(extras)
+
+    def save_server_state(self, absolute_round: int) -> None:
+        with atomic_path(server_state_path(self.out_dir, absolute_round), suffix=".pt") as tmp:
+            torch.save(self.server.state_dict(), tmp)
+        old = server_state_path(self.out_dir, absolute_round - 2)
+        if old.exists() and not self.cell.get("keep_round_checkpoints", False):
+            old.unlink()  # a resume needs only the last finished round's state
+
+
+def make_strategy(cell: dict, **kwargs) -> FedSummStrategy:
+    """The server of a federated FedSUMM cell (the registry's strategy hook, :mod:`fedrepro.fl.tasks`)."""
+    return FedSummStrategy(cell, **kwargs)
