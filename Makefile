@@ -23,6 +23,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
+	$(BIN)/lint-imports
 
 dry-run-paper: $(STAMP)
 	$(BIN)/snakemake -n --configfile config/paper.yaml

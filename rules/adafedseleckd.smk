@@ -19,35 +19,16 @@ wildcard_constraints:
     table="|".join(ada.TABLE_BACKBONES),
 
 
-def cell_params(wildcards):
-    return ada.make_cell(
-        config,
-        wildcards.partition,
-        wildcards.backbone,
-        wildcards.method,
-        wildcards.scope,
-        wildcards.seed,
-    )
-
-
-def cell_partition_inputs(wildcards):
-    return ada.clients_dir(wildcards.partition, wildcards.seed)
-
-
-def table_scores(wildcards):
-    return [f"{cell}/scores.json" for cell in ada.table_cells(config, wildcards.table)]
-
-
 rule train_cell:
     input:
         backbone="results/backbones/{backbone}",
-        data=cell_partition_inputs,
+        data=lambda w: ada.clients_dir(w.partition, w.seed),
     output:
         adapters="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/adapters.safetensors",
         train_log="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/train_log.json",
         provenance="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/provenance.json",
     params:
-        cell=cell_params,
+        cell=lambda w: ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed),
     threads: ADA["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
@@ -67,12 +48,12 @@ rule evaluate_cell:
     input:
         adapters="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/adapters.safetensors",
         backbone="results/backbones/{backbone}",
-        data=cell_partition_inputs,
+        data=lambda w: ada.clients_dir(w.partition, w.seed),
     output:
         predictions="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/predictions.jsonl",
         scores="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/scores.json",
     params:
-        cell=cell_params,
+        cell=lambda w: ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed),
     threads: ADA["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["gpu"],
@@ -90,7 +71,7 @@ rule evaluate_cell:
 
 rule adafedseleckd_table:
     input:
-        table_scores,
+        lambda w: [f"{cell}/scores.json" for cell in ada.table_cells(config, w.table)],
     output:
         csv="results/tables/adafedseleckd_{table}.csv",
         md="results/tables/adafedseleckd_{table}.md",

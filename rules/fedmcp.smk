@@ -3,7 +3,6 @@
 
 from fedrepro.papers.fedmcp import grid as fedmcp
 
-# -- helpers ---------------------------------------------------------------
 FM = config["fedmcp"]
 FEDMCP_OUTPUTS = {
     "table1": expand("results/tables/fedmcp_table1.{ext}", ext=["csv", "md", "tex"]),
@@ -13,17 +12,6 @@ FEDMCP_OUTPUTS = {
     "figure5": expand("results/figures/fedmcp_figure5.{ext}", ext=["png", "csv"]),
 }
 FEDMCP_ALL = [f for files in FEDMCP_OUTPUTS.values() for f in files]
-
-
-def fedmcp_cell(wildcards):
-    return fedmcp.make_cell(config, wildcards.fm_backbone, wildcards.fm_method, wildcards.seed)
-
-
-def fedmcp_files(name):
-    def inputs(wildcards):
-        return [f"{cell}/{name}" for cell in fedmcp.target_cells(config, wildcards.fm_target)]
-
-    return inputs
 
 
 rule fedmcp_train_cell:
@@ -38,7 +26,7 @@ rule fedmcp_train_cell:
         fm_backbone=FM["backbone"],
         fm_method="|".join(FM["methods"]),
     params:
-        cell=fedmcp_cell,
+        cell=lambda w: fedmcp.make_cell(config, w.fm_backbone, w.fm_method, w.seed),
     threads: FM["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["gpu"],
@@ -66,7 +54,7 @@ rule fedmcp_evaluate_cell:
         fm_backbone=FM["backbone"],
         fm_method="|".join(FM["methods"]),
     params:
-        cell=fedmcp_cell,
+        cell=lambda w: fedmcp.make_cell(config, w.fm_backbone, w.fm_method, w.seed),
     threads: FM["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["gpu"],
@@ -82,8 +70,8 @@ rule fedmcp_evaluate_cell:
 
 rule fedmcp_table:
     input:
-        scores=fedmcp_files("scores.json"),
-        provenance=fedmcp_files("provenance.json"),
+        scores=lambda w: fedmcp.target_files(config, w.fm_target, "scores.json"),
+        provenance=lambda w: fedmcp.target_files(config, w.fm_target, "provenance.json"),
     output:
         csv="results/tables/fedmcp_{fm_target}.csv",
         md="results/tables/fedmcp_{fm_target}.md",
@@ -105,9 +93,9 @@ rule fedmcp_table:
 
 rule fedmcp_figure:
     input:
-        scores=fedmcp_files("scores.json"),
-        logs=fedmcp_files("train_log.json"),
-        provenance=fedmcp_files("provenance.json"),
+        scores=lambda w: fedmcp.target_files(config, w.fm_target, "scores.json"),
+        logs=lambda w: fedmcp.target_files(config, w.fm_target, "train_log.json"),
+        provenance=lambda w: fedmcp.target_files(config, w.fm_target, "provenance.json"),
     output:
         png="results/figures/fedmcp_{fm_target}.png",
         csv="results/figures/fedmcp_{fm_target}.csv",

@@ -6,55 +6,12 @@
 # fedsum.methods in one process (fedsum_train_row); the other runs stay one job each.
 # Grid logic: fedrepro.papers.fedsum.grid (wfsum); helpers below.
 
-# -- helpers ----------------------------------------------------------------
 from fedrepro.papers.fedsum import grid as wfsum
 
 FEDSUM_OUTPUTS = {
     t: (wfsum.target_outputs(t) if "fedsum" in config else []) for t in wfsum.TARGETS
 }
 FEDSUM_ALL = [f for files in FEDSUM_OUTPUTS.values() for f in files]
-
-
-def fedsum_cell(wildcards):
-    return wfsum.make_fedsum_cell(
-        config, wildcards.fsum_setting, wildcards.fsum_method, wildcards.seed
-    )
-
-
-def fedsum_manifest(wildcards):
-    return wfsum.manifest_path(config, wildcards.fsum_setting, wildcards.seed)
-
-
-def fedsum_dataset_file(name):
-    def path(wildcards):
-        dataset = wfsum.parse_setting(config, wildcards.fsum_setting)["dataset"]
-        return f"results/data/{dataset}/{name}"
-
-    return path
-
-
-def fedsum_files(name):
-    def inputs(wildcards):
-        return [f"{cell}/{name}" for cell in wfsum.target_cells(config, wildcards.fsum_target)]
-
-    return inputs
-
-
-def fedsum_scaled_setting(wildcards):
-    return wfsum.scaled_setting(config, wildcards.fsum_setting)
-
-
-def fedsum_report_options(wildcards):
-    return wfsum.report_options(config, wildcards.fsum_target)
-
-
-def fedsum_figure_extra(wildcards):
-    """Fig. 4 also reads the oracle labels and the test sets (for the Oracle histogram)."""
-    return wfsum.figure4_inputs(config) if wildcards.fsum_target == "figure4" else []
-
-
-def fedsum_row_cells(wildcards):
-    return wfsum.row_cells(config, wildcards.fsum_setting, wildcards.seed)
 
 
 FSUM_SETTINGS = wfsum.all_settings(config) if "fedsum" in config else []
@@ -90,13 +47,13 @@ rule fedsum_backbone:
 
 rule fedsum_scaling_manifest:
     input:
-        fedsum_dataset_file("records.jsonl"),
+        lambda w: wfsum.dataset_file(config, w.fsum_setting, "records.jsonl"),
     output:
         "results/fedsum/partitions/{fsum_setting}/seed~{seed}/manifest.json",
     wildcard_constraints:
         fsum_setting=wfsum.wildcard_pattern([s for s in FSUM_SETTINGS if "-n" in s]),
     params:
-        setting=fedsum_scaled_setting,
+        setting=lambda w: wfsum.scaled_setting(config, w.fsum_setting),
     log:
         "logs/fedsum_scaling_manifest/{fsum_setting}/seed~{seed}.log",
     conda:
@@ -107,9 +64,9 @@ rule fedsum_scaling_manifest:
 
 rule fedsum_client_data:
     input:
-        manifest=fedsum_manifest,
-        records=fedsum_dataset_file("records.jsonl"),
-        oracle=fedsum_dataset_file("oracle_labels.jsonl"),
+        manifest=lambda w: wfsum.manifest_path(config, w.fsum_setting, w.seed),
+        records=lambda w: wfsum.dataset_file(config, w.fsum_setting, "records.jsonl"),
+        oracle=lambda w: wfsum.dataset_file(config, w.fsum_setting, "oracle_labels.jsonl"),
     output:
         directory("results/fedsum/data/{fsum_setting}/seed~{seed}"),
     wildcard_constraints:
@@ -141,7 +98,7 @@ rule fedsum_train_cell:
             wfsum.method_dirs(config) if "fedsum" in config else []
         ),
     params:
-        cell=fedsum_cell,
+        cell=lambda w: wfsum.make_fedsum_cell(config, w.fsum_setting, w.fsum_method, w.seed),
     threads: config.get("fedsum", {}).get("threads_per_cell", 1)
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
@@ -169,7 +126,7 @@ rule fedsum_train_row:
     wildcard_constraints:
         fsum_setting=wfsum.wildcard_pattern(FSUM_ROW_SETTINGS),
     params:
-        cells=fedsum_row_cells,
+        cells=lambda w: wfsum.row_cells(config, w.fsum_setting, w.seed),
     threads: config.get("fedsum", {}).get("threads_per_cell", 1)
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
@@ -187,7 +144,7 @@ rule fedsum_train_row:
 
 rule fedsum_table:
     input:
-        scores=fedsum_files("scores.json"),
+        scores=lambda w: wfsum.target_files(config, w.fsum_target, "scores.json"),
     output:
         csv="results/tables/fedsum_{fsum_target}.csv",
         md="results/tables/fedsum_{fsum_target}.md",
@@ -196,7 +153,7 @@ rule fedsum_table:
         fsum_target="table1|table2|table_wikihow|table_reddit|table3|table4",
     params:
         scale=config["scale"],
-        options=fedsum_report_options,
+        options=lambda w: wfsum.report_options(config, w.fsum_target),
     log:
         "logs/fedsum_table/{fsum_target}.log",
     conda:
@@ -207,9 +164,9 @@ rule fedsum_table:
 
 rule fedsum_figure:
     input:
-        scores=fedsum_files("scores.json"),
-        predictions=fedsum_files("predictions.jsonl"),
-        extra=fedsum_figure_extra,
+        scores=lambda w: wfsum.target_files(config, w.fsum_target, "scores.json"),
+        predictions=lambda w: wfsum.target_files(config, w.fsum_target, "predictions.jsonl"),
+        extra=lambda w: wfsum.figure_extra_inputs(config, w.fsum_target),
     output:
         png="results/figures/fedsum_{fsum_target}.png",
         csv="results/figures/fedsum_{fsum_target}.csv",
@@ -217,7 +174,7 @@ rule fedsum_figure:
         fsum_target="figure3|figure4|figure5",
     params:
         scale=config["scale"],
-        options=fedsum_report_options,
+        options=lambda w: wfsum.report_options(config, w.fsum_target),
     log:
         "logs/fedsum_figure/{fsum_target}.log",
     conda:

@@ -3,7 +3,6 @@
 # Flower; only the federated two at the other N of Fig. 5b); then the tables and figures.
 # Cells and targets: fedrepro.papers.fedsumm.grid (why rows, not cells, are jobs: its docstring).
 
-# -- helpers --------------------------------------------------------------
 from fedrepro.papers.fedsumm import grid as wfs
 
 FEDSUMM_OUTPUTS = (
@@ -20,33 +19,6 @@ FEDSUMM_OUTPUTS = (
 FEDSUMM_ALL = [f for files in FEDSUMM_OUTPUTS.values() for f in files]
 
 
-def fedsumm_row_cells(kind):
-    def cells(wildcards):
-        return wfs.row_cells(
-            config, kind, wildcards.fs_corpus, wildcards.fs_n, wildcards.fs_model, wildcards.seed
-        )
-
-    return cells
-
-
-def fedsumm_clients_dir(wildcards):
-    return wfs.clients_dir(config, wildcards.fs_corpus, wildcards.fs_n)
-
-
-def fedsumm_files(name):
-    def inputs(wildcards):
-        return wfs.target_files(config, wildcards.fs_target, name)
-
-    return inputs
-
-
-def fedsumm_resources(job, key):
-    def value(wildcards):
-        return wfs.job_resources(config, job)[key]
-
-    return value
-
-
 rule fedsumm_backbone:
     input:
         wfs.backbone_inputs(config),
@@ -56,8 +28,8 @@ rule fedsumm_backbone:
         settings=wfs.backbone_settings(config),
     threads: 1
     resources:
-        mem_mb=fedsumm_resources("backbone", "mem_mb"),
-        runtime=fedsumm_resources("backbone", "runtime"),
+        mem_mb=lambda w: wfs.job_resources(config, "backbone")["mem_mb"],
+        runtime=lambda w: wfs.job_resources(config, "backbone")["runtime"],
     retries: 1
     log:
         "logs/fedsumm_backbone/bart-base-chinese.log",
@@ -72,7 +44,7 @@ rule fedsumm_backbone:
 rule fedsumm_row:
     input:
         backbone=wfs.BACKBONE_DIR,
-        data=fedsumm_clients_dir,
+        data=lambda w: wfs.clients_dir(config, w.fs_corpus, w.fs_n),
     output:
         wfs.row_outputs("table"),
     wildcard_constraints:
@@ -80,12 +52,12 @@ rule fedsumm_row:
         fs_n=wfs.row_clients_constraint(config, "table"),
         fs_model="|".join(wfs.MODELS),
     params:
-        cells=fedsumm_row_cells("table"),
+        cells=lambda w: wfs.row_cells(config, "table", w.fs_corpus, w.fs_n, w.fs_model, w.seed),
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
-        gpu=fedsumm_resources("train", "gpu"),
-        mem_mb=fedsumm_resources("train", "mem_mb"),
-        runtime=fedsumm_resources("train", "runtime"),
+        gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
+        mem_mb=lambda w: wfs.job_resources(config, "train")["mem_mb"],
+        runtime=lambda w: wfs.job_resources(config, "train")["runtime"],
     log:
         "logs/fedsumm_row/{fs_corpus}/n{fs_n}/{fs_model}/seed~{seed}.log",
     benchmark:
@@ -99,7 +71,7 @@ rule fedsumm_row:
 rule fedsumm_federated_row:
     input:
         backbone=wfs.BACKBONE_DIR,
-        data=fedsumm_clients_dir,
+        data=lambda w: wfs.clients_dir(config, w.fs_corpus, w.fs_n),
     output:
         wfs.row_outputs("federated"),
     wildcard_constraints:
@@ -107,12 +79,12 @@ rule fedsumm_federated_row:
         fs_n=wfs.row_clients_constraint(config, "federated"),
         fs_model="|".join(wfs.MODELS),
     params:
-        cells=fedsumm_row_cells("federated"),
+        cells=lambda w: wfs.row_cells(config, "federated", w.fs_corpus, w.fs_n, w.fs_model, w.seed),
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
-        gpu=fedsumm_resources("train", "gpu"),
-        mem_mb=fedsumm_resources("train", "mem_mb"),
-        runtime=fedsumm_resources("train", "runtime"),
+        gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
+        mem_mb=lambda w: wfs.job_resources(config, "train")["mem_mb"],
+        runtime=lambda w: wfs.job_resources(config, "train")["runtime"],
     log:
         "logs/fedsumm_federated_row/{fs_corpus}/n{fs_n}/{fs_model}/seed~{seed}.log",
     benchmark:
@@ -125,8 +97,8 @@ rule fedsumm_federated_row:
 
 rule fedsumm_table:
     input:
-        scores=fedsumm_files("scores.json"),
-        provenance=fedsumm_files("provenance.json"),
+        scores=lambda w: wfs.target_files(config, w.fs_target, "scores.json"),
+        provenance=lambda w: wfs.target_files(config, w.fs_target, "provenance.json"),
     output:
         csv="results/tables/fedsumm_{fs_target}.csv",
         md="results/tables/fedsumm_{fs_target}.md",
@@ -145,8 +117,8 @@ rule fedsumm_table:
 
 rule fedsumm_figure:
     input:
-        scores=fedsumm_files("scores.json"),
-        logs=fedsumm_files("train_log.json"),
+        scores=lambda w: wfs.target_files(config, w.fs_target, "scores.json"),
+        logs=lambda w: wfs.target_files(config, w.fs_target, "train_log.json"),
     output:
         png="results/figures/fedsumm_{fs_target}.png",
         csv="results/figures/fedsumm_{fs_target}.csv",

@@ -74,6 +74,11 @@ def target_cells(config: dict, target: str) -> list[str]:
     return [cell_dir(f["backbone"], m, s) for m in methods for s in seeds(config)]
 
 
+def target_files(config: dict, target: str, name: str) -> list[str]:
+    """``<cell>/<name>`` of every cell a table or figure reads (its Snakemake inputs)."""
+    return [f"{cell}/{name}" for cell in target_cells(config, target)]
+
+
 def make_cell(config: dict, backbone: str, method: str, seed: int | str) -> dict:
     """One FedMCP run: six GLUE-task clients, one method, one training seed."""
     f = cfg(config)

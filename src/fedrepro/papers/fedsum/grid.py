@@ -381,6 +381,21 @@ def report_options(config: dict, target: str) -> dict:
     return opts
 
 
+def target_files(config: dict, target: str, name: str) -> list[str]:
+    """``<cell>/<name>`` of every cell a table or figure reads (its Snakemake inputs)."""
+    return [f"{cell}/{name}" for cell in target_cells(config, target)]
+
+
+def dataset_file(config: dict, setting: str, name: str) -> str:
+    """A prepared file (``records.jsonl``, ``oracle_labels.jsonl``) of the setting's dataset."""
+    return f"results/data/{parse_setting(config, setting)['dataset']}/{name}"
+
+
+def figure_extra_inputs(config: dict, target: str) -> list[str]:
+    """Fig. 4 also reads the oracle labels and the test sets (for the Oracle histogram)."""
+    return figure4_inputs(config) if target == "figure4" else []
+
+
 def figure4_inputs(config: dict) -> list[str]:
     """The oracle files and data folders Fig. 4's Oracle histogram reads."""
     runs = target_runs(config, "figure4")
