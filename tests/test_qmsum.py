@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fedrepro.data import qmsum
+from fedrepro.data import qmsum as table2
 from fedrepro.data.download import DownloadError, fetch_url
-from fedrepro.data.samples import main as samples_main
-from fedrepro.data.samples import write_qmsum_samples
+from fedrepro.data.samples.qmsum import main as samples_main
+from fedrepro.data.samples.qmsum import write_qmsum_samples
+from fedrepro.data.sources import qmsum
 from fedrepro.io import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,9 +206,9 @@ def test_resolve_raw_dir_layouts(tmp_path):
 
 
 def test_table2_stats_on_samples_has_paper_columns():
-    df = qmsum.table2_stats(SAMPLES)
-    ref = qmsum.load_table2_reference()
-    assert list(df.columns) == list(ref.columns) == list(qmsum.TABLE2_COLUMNS)
+    df = table2.table2_stats(SAMPLES)
+    ref = table2.load_table2_reference()
+    assert list(df.columns) == list(ref.columns) == list(table2.TABLE2_COLUMNS)
     assert list(zip(df["domain"], df["split"])) == list(zip(ref["domain"], ref["split"]))
     assert df["pairs"].tolist() == [40, 10, 10] * 3
 
@@ -217,8 +218,8 @@ def test_table2_stats_reproduce_paper_on_real_qmsum():
         pytest.skip(
             f"real QMSum release not present at {REAL_QMSUM} (only on the project's dev machines)"
         )
-    df = qmsum.table2_stats(REAL_QMSUM)
-    ref = qmsum.load_table2_reference()
+    df = table2.table2_stats(REAL_QMSUM)
+    ref = table2.load_table2_reference()
     assert list(zip(df["domain"], df["split"])) == list(zip(ref["domain"], ref["split"]))
     assert df["pairs"].tolist() == ref["pairs"].tolist()  # 218/45/49, 284/67/66, 593/125/129
     for col in ("avg_tokens", "avg_summary_words"):

@@ -1,7 +1,8 @@
-"""FedSUMM's Chinese sources (fedrepro.data.chinese): CSL, NLPCC2017, LCSTS, THUCNews, EDUCATION."""
+"""FedSUMM's Chinese sources (fedrepro.data.sources): CSL, NLPCC2017, LCSTS, THUCNews, EDUCATION."""
 
 import contextlib
 import http.server
+import importlib
 import json
 import socket
 import threading
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fedrepro.data import chinese, sources
+from fedrepro.data import sources
 from fedrepro.data.download import DownloadError
+from fedrepro.data.samples import chinese as chinese_samples
+from fedrepro.data.sources import _chinese, csl, lcsts, nlpcc2017, thucnews
 from fedrepro.io import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +65,8 @@ def test_registered(name):
     src = sources.get(name)
     assert src.name == name and src.kind == "seq2seq" and src.lang == "zh"
     assert src.config_key == f"data.{name}.local_dir"
-    assert src.parse is getattr(chinese, f"parse_{name}")
+    module = importlib.import_module(sources.SOURCE_MODULES[name])
+    assert src.parse is getattr(module, f"parse_{name}")
     assert src.upstream
 
 
@@ -107,14 +111,14 @@ def test_samples_regenerate_byte_identical(tmp_path, name):
         assert (out / rel).read_bytes() == (committed / rel).read_bytes(), rel
     assert sum((committed / rel).stat().st_size for rel in files) < 150_000
     other = tmp_path / "seed1"
-    getattr(chinese, f"write_{name}_samples")(other, seed=1)
+    getattr(chinese_samples, f"write_{name}_samples")(other, seed=1)
     assert {p.relative_to(other): p.read_bytes() for p in other.rglob("*") if p.is_file()} != {
         rel: (committed / rel).read_bytes() for rel in files
     }
 
 
 def test_samples_cli_writes_all_sources(tmp_path):
-    assert chinese.main([str(tmp_path), "--only", "csl", "lcsts"]) == 0
+    assert chinese_samples.main([str(tmp_path), "--only", "csl", "lcsts"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["csl", "lcsts"]
     assert (tmp_path / "csl" / "dev.tsv").read_bytes() == (SAMPLES / "csl" / "dev.tsv").read_bytes()
 
@@ -185,12 +189,12 @@ def _assert_fails_fast_and_cleanly(tmp_path, name, must_mention):
 
 
 URL_SOURCES = {
-    "csl": ("raw.githubusercontent.com", ["CSL", chinese.CSL_COMMIT, "benchmark/ts/train.tsv"]),
-    "thucnews": ("thuctc.thunlp.org", ["THUCNews", chinese.THUCNEWS_URL]),
+    "csl": ("raw.githubusercontent.com", ["CSL", csl.CSL_COMMIT, "benchmark/ts/train.tsv"]),
+    "thucnews": ("thuctc.thunlp.org", ["THUCNews", thucnews.THUCNEWS_URL]),
 }
 HUB_SOURCES = {
-    "nlpcc2017": ["NLPCC 2017", chinese.NLPCC2017_HUB_ID, chinese.NLPCC2017_REVISION],
-    "lcsts": ["LCSTS", chinese.LCSTS_HUB_ID, chinese.LCSTS_REVISION],
+    "nlpcc2017": ["NLPCC 2017", nlpcc2017.NLPCC2017_HUB_ID, nlpcc2017.NLPCC2017_REVISION],
+    "lcsts": ["LCSTS", lcsts.LCSTS_HUB_ID, lcsts.LCSTS_REVISION],
 }
 
 
@@ -250,16 +254,16 @@ def _serve(files: dict[str, bytes]):
 
 
 def test_csl_download_end_to_end(tmp_path, monkeypatch):
-    files = {f"/c0ffee/{n}": (SAMPLES / "csl" / n).read_bytes() for n in chinese.CSL_FILES}
+    files = {f"/c0ffee/{n}": (SAMPLES / "csl" / n).read_bytes() for n in csl.CSL_FILES}
     with _serve(files) as base:
-        monkeypatch.setattr(chinese, "CSL_URL_TEMPLATE", base + "/{commit}/{file}")
-        out = chinese.download_csl(tmp_path / "csl", timeout=5, commit="c0ffee")
-        assert sorted(p.name for p in out.iterdir()) == sorted(chinese.CSL_FILES)
+        monkeypatch.setattr(csl, "CSL_URL_TEMPLATE", base + "/{commit}/{file}")
+        out = csl.download_csl(tmp_path / "csl", timeout=5, commit="c0ffee")
+        assert sorted(p.name for p in out.iterdir()) == sorted(csl.CSL_FILES)
         assert len(sources.get("csl").parse(out / "dev.tsv")) == 20
         # a missing file fails the whole download and leaves the previous state alone
         del files["/c0ffee/test.tsv"]
         with pytest.raises(DownloadError, match="test.tsv"):
-            chinese.download_csl(tmp_path / "csl2", timeout=5, commit="c0ffee")
+            csl.download_csl(tmp_path / "csl2", timeout=5, commit="c0ffee")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["csl"]
 
 
@@ -279,7 +283,7 @@ def test_thucnews_download_end_to_end(tmp_path):
         zf.writestr("THUCNews/财经/800000.txt", "标题乙\n\u3000\u3000正文乙。\n")  # UTF-8 flag
         zf.writestr("__MACOSX/THUCNews/._7.txt", "junk")
     with _serve({"/THUCNews.zip": buf.getvalue()}) as base:
-        out = chinese.download_thucnews(tmp_path / "thuc", timeout=5, url=base + "/THUCNews.zip")
+        out = thucnews.download_thucnews(tmp_path / "thuc", timeout=5, url=base + "/THUCNews.zip")
     docs = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert docs == ["THUCNews/体育/7.txt", "THUCNews/财经/800000.txt"]  # archive deleted
     recs = sources.get("thucnews").parse(out)
@@ -305,15 +309,15 @@ def test_hub_download_places_only_the_data_files(tmp_path, monkeypatch):
         return str(target)
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(chinese, "_check_reachable", lambda url, timeout: None)
+    monkeypatch.setattr(_chinese, "_check_reachable", lambda url, timeout: None)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hf_hub_download)
     out = sources.get("lcsts").download(tmp_path / "lcsts", timeout=4)
-    assert sorted(p.name for p in out.iterdir()) == sorted(chinese.LCSTS_HUB_FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted(lcsts.LCSTS_HUB_FILES)
     assert calls == [
-        (chinese.LCSTS_HUB_ID, f, "dataset", chinese.LCSTS_REVISION, 4)
-        for f in chinese.LCSTS_HUB_FILES
+        (lcsts.LCSTS_HUB_ID, f, "dataset", lcsts.LCSTS_REVISION, 4)
+        for f in lcsts.LCSTS_HUB_FILES
     ]
-    splits = [sources.get("lcsts").parse(out / f)[0]["split"] for f in chinese.LCSTS_HUB_FILES]
+    splits = [sources.get("lcsts").parse(out / f)[0]["split"] for f in lcsts.LCSTS_HUB_FILES]
     assert splits == ["train", "val", "test"]
 
 
@@ -426,7 +430,7 @@ def test_thucnews_malformed_and_single_files(tmp_path):
     )
     first = recs[0]
     assert first["input"] == "正文第一段。\n正文第二段。" and first["target"] == "标题一"
-    assert first["id"] == f"thucnews-{chinese.thucnews_split('体育', '10')}-sports-10"
+    assert first["id"] == f"thucnews-{thucnews.thucnews_split('体育', '10')}-sports-10"
     assert first["meta"]["category"] == "体育"
     # one document at a time (how the prepare step hands files over) gives the same records
     assert sources.get("thucnews").parse(root / "体育" / "10.txt") == [first]
@@ -434,8 +438,8 @@ def test_thucnews_malformed_and_single_files(tmp_path):
 
 
 def test_thucnews_split_is_a_fixed_hash():
-    assert chinese.thucnews_split("体育", "0") == chinese.thucnews_split("体育", "0")
-    counts = Counter(chinese.thucnews_split("科技", str(n)) for n in range(20000))
+    assert thucnews.thucnews_split("体育", "0") == thucnews.thucnews_split("体育", "0")
+    counts = Counter(thucnews.thucnews_split("科技", str(n)) for n in range(20000))
     assert 0.88 < counts["train"] / 20000 < 0.92
     assert 0.04 < counts["val"] / 20000 < 0.06 and 0.04 < counts["test"] / 20000 < 0.06
 

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fedrepro.data import _english as en
 from fedrepro.data import sources
 from fedrepro.data.download import DownloadError
+from fedrepro.data.sources import _english as en
 from fedrepro.io import InputError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fedrepro.data import glue, sources
+from fedrepro.data import sources
 from fedrepro.data.download import DownloadError
+from fedrepro.data.samples import glue as glue_samples
+from fedrepro.data.sources import glue
 from fedrepro.io import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +69,7 @@ def test_samples_parse(task):
     ids: set[str] = set()
     for split, fname in SAMPLE_FILES[task].items():
         recs = _parse(SAMPLES / task / fname)
-        assert len(recs) == glue.SAMPLE_ROWS[split] and not recs.skipped
+        assert len(recs) == glue_samples.SAMPLE_ROWS[split] and not recs.skipped
         for r in recs:
             assert set(r) == KEYS
             assert r["source"] == "glue" and r["task"] == task and r["split"] == split
@@ -87,7 +89,7 @@ def test_samples_parse(task):
         ids |= {r["id"] for r in recs}
         if split != "test":  # every class present
             assert {r["label"] for r in recs} == set(range(len(glue.LABEL_NAMES[task])))
-    assert len(ids) == sum(glue.SAMPLE_ROWS.values())
+    assert len(ids) == sum(glue_samples.SAMPLE_ROWS.values())
 
 
 def test_samples_look_like_glue():
@@ -124,8 +126,8 @@ def test_samples_look_like_glue():
 
 
 def test_samples_regenerate_byte_identical(tmp_path):
-    counts = glue.write_samples(tmp_path / "a")
-    assert counts == {t: dict(glue.SAMPLE_ROWS) for t in glue.TASKS}
+    counts = glue_samples.write_samples(tmp_path / "a")
+    assert counts == {t: dict(glue_samples.SAMPLE_ROWS) for t in glue.TASKS}
     committed = sorted(p.relative_to(SAMPLES) for p in SAMPLES.rglob("*.tsv"))
     assert len(committed) == 18
     assert (
@@ -134,7 +136,7 @@ def test_samples_regenerate_byte_identical(tmp_path):
     )
     for rel in committed:
         assert (tmp_path / "a" / rel).read_bytes() == (SAMPLES / rel).read_bytes(), rel
-    glue.write_samples(tmp_path / "b", seed=1)
+    glue_samples.write_samples(tmp_path / "b", seed=1)
     assert (tmp_path / "b" / "RTE" / "train.tsv").read_bytes() != (
         SAMPLES / "RTE" / "train.tsv"
     ).read_bytes()
@@ -177,7 +179,7 @@ class _NaiveBayes:
 def test_sample_labels_are_learnable_from_text(tmp_path):
     """A bag-of-words naive Bayes trained on a larger draw of the generator beats the majority class
     by a wide margin on every task (labels follow from the texts, not from row order)."""
-    glue.write_samples(tmp_path, rows={"train": 300, "val": 100, "test": 1})
+    glue_samples.write_samples(tmp_path, rows={"train": 300, "val": 100, "test": 1})
     for task in glue.TASKS:
         train = _parse(tmp_path / task / SAMPLE_FILES[task]["train"])
         val = _parse(tmp_path / task / SAMPLE_FILES[task]["val"])
@@ -499,7 +501,7 @@ def test_download_layout_with_a_stand_in_hub(tmp_path, monkeypatch):
     )
     assert os.listdir(tmp_path) == ["glue"]  # no staging folder left beside it
     val = _parse(glue.split_files(dest, "MNLI")["val"])
-    assert len(val) == glue.SAMPLE_ROWS["val"] and val[0]["split"] == "val"
+    assert len(val) == glue_samples.SAMPLE_ROWS["val"] and val[0]["split"] == "val"
 
 
 def test_download_failing_midway_leaves_nothing(tmp_path, monkeypatch):

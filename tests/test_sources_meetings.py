@@ -17,9 +17,10 @@ from typing import Self
 
 import pytest
 
-from fedrepro.data import meetings as M
 from fedrepro.data import sources
 from fedrepro.data.download import DownloadError
+from fedrepro.data.sources import ami, elitr, icsi, meetingbank
+from fedrepro.data.sources._meetings import SOURCES
 from fedrepro.io import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,13 +47,13 @@ def _check_records(recs: list[dict], name: str) -> None:
 
 
 def _elitr_samples() -> Path:
-    return SAMPLES / "elitr" / M.ELITR_LANG_DIR
+    return SAMPLES / "elitr" / elitr.ELITR_LANG_DIR
 
 
 def _parse_samples(name: str) -> list[dict]:
     src = sources.get(name)
     if name == "ami":
-        return src.parse(SAMPLES / "ami" / M.AMI_FILE)
+        return src.parse(SAMPLES / "ami" / ami.AMI_FILE)
     if name == "icsi":
         return [
             r for s in ("train", "dev", "test") for r in src.parse(SAMPLES / f"icsi/data/{s}.json")
@@ -67,16 +68,16 @@ def _parse_samples(name: str) -> list[dict]:
 
 
 # -- registry --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", M.SOURCES)
+@pytest.mark.parametrize("name", SOURCES)
 def test_registered(name):
     src = sources.get(name)
     assert src.name == name and src.kind == "seq2seq" and src.lang == "en"
     assert src.config_key == f"data.{name}.local_dir"
     pin = {
-        "ami": M.AMI_TRANSCRIPTS_COMMIT,
-        "icsi": M.ICSI_REVISION,
-        "elitr": M.ELITR_SHA256,
-        "meetingbank": M.MEETINGBANK_REVISION,
+        "ami": ami.AMI_TRANSCRIPTS_COMMIT,
+        "icsi": icsi.ICSI_REVISION,
+        "elitr": elitr.ELITR_SHA256,
+        "meetingbank": meetingbank.MEETINGBANK_REVISION,
     }[name]
     assert " @ " in src.upstream and pin in src.upstream
 
@@ -87,7 +88,7 @@ def test_ami_samples():
     _check_records(recs, "ami")
     assert collections.Counter(r["split"] for r in recs) == {"train": 24, "val": 8, "test": 8}
     for r in recs:
-        assert r["split"] == M.AMI_SPLIT[r["meta"]["meeting_id"]]
+        assert r["split"] == ami.AMI_SPLIT[r["meta"]["meeting_id"]]
         assert r["input"].startswith("Speaker A: ") and "Speaker D: " in r["input"]
         assert r["meta"]["n_turns"] == 4
     # the four scenario stages: kick-off meetings introduce the roles
@@ -100,7 +101,7 @@ def test_icsi_samples():
     by_split = {s: src.parse(SAMPLES / f"icsi/data/{s}.json") for s in ("train", "dev", "test")}
     assert {s: len(r) for s, r in by_split.items()} == {"train": 20, "dev": 6, "test": 6}
     assert {r["split"] for r in by_split["dev"]} == {"val"}
-    assert [r["meta"]["meeting_id"] for r in by_split["test"]] == list(M.ICSI_TEST_MEETINGS)
+    assert [r["meta"]["meeting_id"] for r in by_split["test"]] == list(icsi.ICSI_TEST_MEETINGS)
     recs = [r for rs in by_split.values() for r in rs]
     _check_records(recs, "icsi")
     assert all(re.match(r"Professor [A-H]: ", r["input"]) for r in recs)
@@ -142,7 +143,7 @@ def test_meetingbank_samples():
     assert all(r["meta"]["n_turns"] == r["input"].count("Speaker ") for r in recs)
 
 
-@pytest.mark.parametrize("name", M.SOURCES)
+@pytest.mark.parametrize("name", SOURCES)
 def test_sample_targets_are_learnable(name):
     """Every number and placeholder entity a summary states also occurs in its transcript."""
     for r in _parse_samples(name):
@@ -155,17 +156,17 @@ def test_sample_targets_are_learnable(name):
 
 def test_sample_clients_are_non_iid():
     vocab = {}
-    for name in M.SOURCES:
+    for name in SOURCES:
         words = " ".join(r["target"] for r in _parse_samples(name)).lower()
         vocab[name] = {w for w in re.findall(r"[a-z]{5,}", words)}
-    for a in M.SOURCES:
-        for b in M.SOURCES:
+    for a in SOURCES:
+        for b in SOURCES:
             if a < b:
                 jaccard = len(vocab[a] & vocab[b]) / len(vocab[a] | vocab[b])
                 assert jaccard < 0.15, (a, b, jaccard)
 
 
-@pytest.mark.parametrize("name", M.SOURCES)
+@pytest.mark.parametrize("name", SOURCES)
 def test_samples_regenerate_byte_identical(name, tmp_path):
     src = sources.get(name)
     src.write_samples(tmp_path / "a")
@@ -190,12 +191,12 @@ def test_samples_regenerate_byte_identical(name, tmp_path):
 
 # -- the real AMI copy -----------------------------------------------------------------------------
 def test_ami_scenario_partition():
-    scenario = [m for m in M.AMI_MEETINGS if not m.startswith("IB")]
-    counts = collections.Counter(M.ami_split(m) for m in scenario)
+    scenario = [m for m in ami.AMI_MEETINGS if not m.startswith("IB")]
+    counts = collections.Counter(ami.ami_split(m) for m in scenario)
     assert counts == {"train": 98, "val": 20, "test": 20}  # AMI scenario-only partition SA/SB/SC
-    assert collections.Counter(M.AMI_SPLIT.values()) == {"train": 102, "val": 20, "test": 20}
-    assert M.ami_split("ES2003c") == "val" and M.ami_split("TS3007a") == "test"
-    assert M.ami_split("IB4010") == "train"
+    assert collections.Counter(ami.AMI_SPLIT.values()) == {"train": 102, "val": 20, "test": 20}
+    assert ami.ami_split("ES2003c") == "val" and ami.ami_split("TS3007a") == "test"
+    assert ami.ami_split("IB4010") == "train"
 
 
 def test_real_ami(shared_data):
@@ -205,7 +206,7 @@ def test_real_ami(shared_data):
     recs = sources.get("ami").parse(path)
     assert len(recs) == 142 and not recs.skipped
     _check_records(recs, "ami")
-    assert tuple(sorted(r["meta"]["meeting_id"] for r in recs)) == M.AMI_MEETINGS
+    assert tuple(sorted(r["meta"]["meeting_id"] for r in recs)) == ami.AMI_MEETINGS
     assert collections.Counter(r["split"] for r in recs) == {"train": 102, "val": 20, "test": 20}
     by_id = {r["meta"]["meeting_id"]: r for r in recs}
     es2002a = by_id["ES2002a"]
@@ -235,15 +236,15 @@ def _reachable(host: str, port: int = 443) -> bool:
 _DOWNLOAD_EXPECT = {
     "ami": (
         "raw.githubusercontent.com",
-        ["AMI", M.AMI_TRANSCRIPTS_COMMIT, "ES2002a.transcript.txt"],
+        ["AMI", ami.AMI_TRANSCRIPTS_COMMIT, "ES2002a.transcript.txt"],
     ),
-    "icsi": (None, ["ICSI", M.ICSI_HUB_ID, M.ICSI_REVISION]),
-    "elitr": ("lindat.mff.cuni.cz", ["ELITR", M.ELITR_URL, "11234/1-4692"]),
-    "meetingbank": (None, ["MeetingBank", M.MEETINGBANK_HUB_ID, M.MEETINGBANK_REVISION]),
+    "icsi": (None, ["ICSI", icsi.ICSI_HUB_ID, icsi.ICSI_REVISION]),
+    "elitr": ("lindat.mff.cuni.cz", ["ELITR", elitr.ELITR_URL, "11234/1-4692"]),
+    "meetingbank": (None, ["MeetingBank", meetingbank.MEETINGBANK_HUB_ID, meetingbank.MEETINGBANK_REVISION]),
 }
 
 
-@pytest.mark.parametrize("name", M.SOURCES)
+@pytest.mark.parametrize("name", SOURCES)
 def test_download_offline_fails_fast_and_cleanly(name, tmp_path):
     host, words = _DOWNLOAD_EXPECT[name]
     if host is not None and _reachable(host):
@@ -300,11 +301,11 @@ def test_download_ami_assembles_the_shared_form(tmp_path, monkeypatch):
         "/s/TS3003b.abssumm.txt": b"They talked.",
     }
     with _Server(files) as srv:
-        monkeypatch.setattr(M, "AMI_TRANSCRIPT_URL", srv.url + "/t/{meeting}.transcript.txt")
-        monkeypatch.setattr(M, "AMI_SUMMARY_URL", srv.url + "/s/{meeting}.abssumm.txt")
-        out = M.download_ami(tmp_path / "ami", timeout=3, meetings=["ES2002a", "TS3003b"])
-        assert sorted(p.name for p in out.iterdir()) == [M.AMI_FILE]
-        lines = [json.loads(x) for x in (out / M.AMI_FILE).read_text().splitlines()]
+        monkeypatch.setattr(ami, "AMI_TRANSCRIPT_URL", srv.url + "/t/{meeting}.transcript.txt")
+        monkeypatch.setattr(ami, "AMI_SUMMARY_URL", srv.url + "/s/{meeting}.abssumm.txt")
+        out = ami.download_ami(tmp_path / "ami", timeout=3, meetings=["ES2002a", "TS3003b"])
+        assert sorted(p.name for p in out.iterdir()) == [ami.AMI_FILE]
+        lines = [json.loads(x) for x in (out / ami.AMI_FILE).read_text().splitlines()]
         assert lines[0] == {
             "meeting_id": "ES2002a",
             "transcript": transcript.strip("\n"),
@@ -323,7 +324,7 @@ def test_download_ami_assembles_the_shared_form(tmp_path, monkeypatch):
         )
         # a missing file fails the whole download and leaves nothing behind
         with pytest.raises(DownloadError, match="IS1000a.transcript.txt"):
-            M.download_ami(tmp_path / "ami2", timeout=3, meetings=["ES2002a", "IS1000a"])
+            ami.download_ami(tmp_path / "ami2", timeout=3, meetings=["ES2002a", "IS1000a"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ami"]
 
 
@@ -341,16 +342,16 @@ def _elitr_zip() -> bytes:
 def test_download_elitr_extracts_english_part(tmp_path):
     body = _elitr_zip()
     with _Server({"/elitr.zip": body}) as srv:
-        out = M.download_elitr(
+        out = elitr.download_elitr(
             tmp_path / "elitr",
             timeout=3,
             url=srv.url + "/elitr.zip",
             sha256=hashlib.sha256(body).hexdigest(),
         )
-        assert sorted(p.name for p in out.iterdir()) == [M.ELITR_LANG_DIR]
+        assert sorted(p.name for p in out.iterdir()) == [elitr.ELITR_LANG_DIR]
         assert len(sources.get("elitr").parse(out)) == len(_parse_samples("elitr"))
         with pytest.raises(DownloadError, match="SHA-256") as err:
-            M.download_elitr(
+            elitr.download_elitr(
                 tmp_path / "bad", timeout=3, url=srv.url + "/elitr.zip", sha256="0" * 64
             )
         assert "data.elitr.local_dir" in str(err.value)
@@ -365,7 +366,7 @@ def _ami_line(mid: str = "ES2002a", **over) -> str:
 
 
 def test_ami_malformed(tmp_path):
-    path = tmp_path / M.AMI_FILE
+    path = tmp_path / ami.AMI_FILE
     path.write_text(
         "\n".join([_ami_line(), _ami_line("ES2002b", transcript=...), _ami_line("ES2003a")]) + "\n"
     )
@@ -443,7 +444,7 @@ def test_icsi_malformed(tmp_path):
 
 
 def test_elitr_malformed(tmp_path):
-    split = tmp_path / M.ELITR_LANG_DIR / "dev"
+    split = tmp_path / elitr.ELITR_LANG_DIR / "dev"
     good = split / "meeting_en_dev_001"
     good.mkdir(parents=True)
     (good / "transcript_MAN_annot01.txt").write_text(

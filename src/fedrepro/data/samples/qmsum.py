@@ -3,8 +3,8 @@
 The committed samples (``resources/samples/qmsum/<Domain>/<split>.jsonl``) let the whole pipeline run
 and be tested without the real QMSum release. They use the *raw* QMSum schema (one meeting per line
 with ``meeting_transcripts``, ``topic_list``, ``general_query_list`` and ``specific_query_list``;
-spans are ``[start, end]`` decimal strings, inclusive), so :mod:`fedrepro.data.qmsum` parses them with
-the same code as the real data.
+spans are ``[start, end]`` decimal strings, inclusive), so :mod:`fedrepro.data.sources.qmsum`
+parses them with the same code as the real data.
 
 The three domains are deliberately non-IID, mirroring the relative pattern of AdaFedSelecKD's
 Table II (§II-A) and the character of the QMSum sources:
@@ -23,8 +23,9 @@ to (who proposed what, the entities and numbers, the objection and the decision)
 domain-specific template chosen by the query type, so a summarizer can learn it and beat trivial
 baselines such as copying the first sentence of the input.
 
-Regenerate the committed files with ``python -m fedrepro.data.samples resources/samples/qmsum``;
-output is byte-identical for the same arguments.
+Regenerate the committed files with
+``python -m fedrepro.data.samples.qmsum resources/samples/qmsum``; output is byte-identical for the
+same arguments.
 """
 
 from __future__ import annotations
@@ -769,9 +770,10 @@ def write_qmsum_samples(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: ``python -m fedrepro.data.samples OUT_DIR [--seed N] [--train N --val N --test N]``."""
+    """The CLI ``python -m fedrepro.data.samples.qmsum``:
+    ``OUT_DIR [--seed N] [--train N --val N --test N]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m fedrepro.data.samples",
+        prog="python -m fedrepro.data.samples.qmsum",
         description="Regenerate the QMSum-schema sample meetings.",
     )
     parser.add_argument("out_dir", help="output root, e.g. resources/samples/qmsum")

@@ -1,7 +1,9 @@
 """Registry of data sources: ``fedrepro.data.sources.get(name).parse(path)`` returns normalized records.
 
-Each source module calls :func:`register` at import time with a :class:`Source`.  Records are
-normalized as
+Each source has one module in this package, ``fedrepro.data.sources.<name>``, with its download and
+its parser (shared code in the private ``_english``, ``_meetings`` and ``_chinese`` modules); it
+calls :func:`register` at import time with a :class:`Source`.  The generators of the committed
+samples live apart, in :mod:`fedrepro.data.samples`.  Records are normalized as
 
 * seq2seq (summarization): ``{id, source, client, split, input, target, meta}``
 * classification (GLUE): ``{id, source, task, split, text_a, text_b, label, meta}``
@@ -18,27 +20,28 @@ import importlib
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fedrepro.io import InputError
 
 # module that registers each source (imported lazily by get())
 SOURCE_MODULES: dict[str, str] = {
-    "qmsum": "fedrepro.data.qmsum",
-    "samsum": "fedrepro.data.samsum",
-    "cnndm": "fedrepro.data.cnndm",
-    "pubmed": "fedrepro.data.pubmed",
-    "wikihow": "fedrepro.data.wikihow",
-    "reddit_tifu": "fedrepro.data.reddit_tifu",
-    "glue": "fedrepro.data.glue",
-    "csl": "fedrepro.data.chinese",
-    "nlpcc2017": "fedrepro.data.chinese",
-    "lcsts": "fedrepro.data.chinese",
-    "thucnews": "fedrepro.data.chinese",
-    "education": "fedrepro.data.chinese",
-    "ami": "fedrepro.data.meetings",
-    "icsi": "fedrepro.data.meetings",
-    "elitr": "fedrepro.data.meetings",
-    "meetingbank": "fedrepro.data.meetings",
+    "qmsum": "fedrepro.data.sources.qmsum",
+    "samsum": "fedrepro.data.sources.samsum",
+    "cnndm": "fedrepro.data.sources.cnndm",
+    "pubmed": "fedrepro.data.sources.pubmed",
+    "wikihow": "fedrepro.data.sources.wikihow",
+    "reddit_tifu": "fedrepro.data.sources.reddit_tifu",
+    "glue": "fedrepro.data.sources.glue",
+    "csl": "fedrepro.data.sources.csl",
+    "nlpcc2017": "fedrepro.data.sources.nlpcc2017",
+    "lcsts": "fedrepro.data.sources.lcsts",
+    "thucnews": "fedrepro.data.sources.thucnews",
+    "education": "fedrepro.data.sources.education",
+    "ami": "fedrepro.data.sources.ami",
+    "icsi": "fedrepro.data.sources.icsi",
+    "elitr": "fedrepro.data.sources.elitr",
+    "meetingbank": "fedrepro.data.sources.meetingbank",
 }
 
 
@@ -129,3 +132,17 @@ def get(name: str) -> Source:
 
 def names() -> list[str]:
     return sorted(SOURCE_MODULES)
+
+
+def sample_writer(module: str, function: str = "write_samples") -> Callable[..., Any]:
+    """``fedrepro.data.samples.<module>.<function>``, the generator of a source's committed samples,
+    imported on first call (the generators use the parsers' constants, so a source module names its
+    generator for :attr:`Source.write_samples` instead of importing it)."""
+    target = f"fedrepro.data.samples.{module}"
+
+    def write_samples(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(target), function)(*args, **kwargs)
+
+    write_samples.__name__ = write_samples.__qualname__ = function
+    write_samples.__doc__ = f"Calls ``{target}.{function}`` (see there)."
+    return write_samples

@@ -1,8 +1,9 @@
 """Shared machinery of the English summarization sources (SAMSum, CNN/DM, PubMed, WikiHow, Reddit TIFU).
 
-Each of :mod:`~fedrepro.data.samsum`, :mod:`~fedrepro.data.cnndm`, :mod:`~fedrepro.data.pubmed`,
-:mod:`~fedrepro.data.wikihow` and :mod:`~fedrepro.data.reddit_tifu` only knows its own raw schema
-(a ``convert`` function from one raw record to one normalized record); everything else lives here:
+Each of :mod:`~fedrepro.data.sources.samsum`, :mod:`~fedrepro.data.sources.cnndm`,
+:mod:`~fedrepro.data.sources.pubmed`, :mod:`~fedrepro.data.sources.wikihow` and
+:mod:`~fedrepro.data.sources.reddit_tifu` only knows its own raw schema (a ``convert`` function from
+one raw record to one normalized record); everything else lives here:
 
 * reading one raw split file in any of the formats the releases and their hub copies use — a JSON
   list, JSON lines (``.jsonl``/``.json``/``.txt``), CSV with a header, or Parquet — as a stream of
@@ -17,7 +18,8 @@ Each of :mod:`~fedrepro.data.samsum`, :mod:`~fedrepro.data.cnndm`, :mod:`~fedrep
 * the hub download (:func:`hub_download`): a reachability probe that fails within ``timeout``
   offline, then ``huggingface_hub.snapshot_download`` of the data files into a staging folder that
   is renamed onto the destination only when complete (:func:`fedrepro.io.atomic_dir`);
-* small deterministic writers for the committed samples.
+* an atomic CSV writer (WikiHow's split files); the sample generators' own helpers are in
+  :mod:`fedrepro.data.samples._english`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from fedrepro.data.download import DownloadError, check_reachable
 from fedrepro.data.sources import SPLIT_ALIASES, Records
@@ -535,7 +536,7 @@ def hub_download(
     return dest_dir
 
 
-# -- sample writers ------------------------------------------------------------------------------------
+# -- writers -------------------------------------------------------------------------------------------
 def write_csv_atomic(
     path: str | os.PathLike, header: Sequence[str], rows: Iterable[Sequence[str]]
 ) -> int:
@@ -549,24 +550,6 @@ def write_csv_atomic(
         n += 1
     write_text_atomic(path, buf.getvalue())
     return n
-
-
-def write_json_list_atomic(path: str | os.PathLike, objs: Sequence[dict]) -> int:
-    """Write a JSON list (one object per line inside the brackets, keys in the given order)."""
-    body = ",\n".join("  " + json.dumps(o, ensure_ascii=False) for o in objs)
-    write_text_atomic(path, "[\n" + body + "\n]\n")
-    return len(objs)
-
-
-def write_jsonl_ordered(path: str | os.PathLike, objs: Sequence[dict]) -> int:
-    """Write JSON lines keeping each object's key order (as the upstream files do)."""
-    write_text_atomic(path, "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs))
-    return len(objs)
-
-
-def pick(rng: Any, seq: Sequence[Any]) -> Any:
-    """``rng.choice`` spelled once (keeps the generators short)."""
-    return seq[rng.randrange(len(seq))]
 
 
 def register_source(name, parse, download, write_samples, config_key, upstream, splits) -> None:

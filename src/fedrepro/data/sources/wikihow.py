@@ -3,7 +3,7 @@
 FedSum (§5, "Datasets and Distributions") lists WikiHow among its test beds: the article text is the
 input and the concatenated bold "headline" lines of its steps are the summary. Extractive labels need
 sentences; WikiHow has no sentence annotation, so ``meta["sentences"]`` comes from the simple
-splitter (:func:`fedrepro.data._english.split_sentences`).
+splitter (:func:`fedrepro.data.sources._english.split_sentences`).
 
 Raw schema: the "all" form, one article per row with the columns of the authors' ``wikihowAll.csv``
 (``headline, title, text``; the hub loader's "all" config has the same three fields)::
@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import csv
 import os
-import random
 import re
 from pathlib import Path
 
-from fedrepro.data import _english as en
+from fedrepro.data.sources import _english as en
 from fedrepro.data.download import DownloadError, fetch_url
-from fedrepro.data.sources import Records
+from fedrepro.data.sources import Records, sample_writer
 from fedrepro.io import InputError, atomic_dir
 
 NAME = "wikihow"
@@ -55,7 +54,6 @@ LIST_URL_TEMPLATE = (
 )
 MANUAL_URL = "https://ucsb.app.box.com/s/ap23l8gafpezf4tq3wapr6u8241zz358"
 HEADER: tuple[str, ...] = ("headline", "title", "text")
-SAMPLE_SIZES: dict[str, int] = {"train": 30, "val": 15, "test": 15}
 _ARTICLE_COMMAS = re.compile(r"[.]+[\n]+[,]")
 
 
@@ -110,8 +108,8 @@ def parse(
     if p.is_file() and p.name.lower().startswith(("wikihowall", "wikihowsep")) and split is None:
         raise InputError(
             f"{p}: the unsplit WikiHow release has no train/val/test split; run "
-            f"fedrepro.data.wikihow.download(dest_dir, manual_csv='{p}') to split it with the authors' "
-            f"title lists, and point `{CONFIG_KEY}` at dest_dir"
+            f"fedrepro.data.sources.wikihow.download(dest_dir, manual_csv='{p}') to split it with "
+            f"the authors' title lists, and point `{CONFIG_KEY}` at dest_dir"
         )
     return en.parse_path(path, NAME, convert, skip_malformed=skip_malformed, split=split)
 
@@ -226,176 +224,8 @@ def download(
     return dest_dir
 
 
-# -- samples ------------------------------------------------------------------------------------------
-_TOPICS = (
-    (
-        "Repot a Cactus",
-        [
-            (
-                "Water the cactus a few days before repotting.",
-                "Moist roots slide out of the old pot more easily. Do not water on the day itself.",
-            ),
-            (
-                "Put on thick gloves.",
-                "Cactus spines can hurt your hands. Folded newspaper also works as a grip.",
-            ),
-            (
-                "Choose a pot one size larger.",
-                "The new pot should have a drainage hole. Terracotta lets the soil dry evenly.",
-            ),
-            (
-                "Fill the pot with cactus soil.",
-                "Cactus soil drains quickly and prevents root rot. You can mix in some sand.",
-            ),
-            (
-                "Wait a week before watering.",
-                "Damaged roots need time to heal. Keep the plant out of direct sun.",
-            ),
-        ],
-    ),
-    (
-        "Clean a Cast Iron Pan",
-        [
-            (
-                "Wash the pan while it is still warm.",
-                "Food comes off more easily before it cools. Use hot water and a brush.",
-            ),
-            (
-                "Scrub stuck food with coarse salt.",
-                "Salt works as a gentle abrasive. Rinse it away afterwards.",
-            ),
-            (
-                "Dry the pan completely.",
-                "Water left on the pan causes rust. Heat it on the stove for a minute.",
-            ),
-            (
-                "Rub a thin layer of oil into the pan.",
-                "The oil keeps the seasoning intact. Wipe off any excess with a paper towel.",
-            ),
-        ],
-    ),
-    (
-        "Train a Puppy to Sit",
-        [
-            (
-                "Hold a treat close to the puppy's nose.",
-                "Let the puppy sniff it so it stays focused. Use small, soft treats.",
-            ),
-            (
-                "Move your hand up slowly.",
-                "The puppy's head will follow the treat and its bottom will lower. Keep your hand close.",
-            ),
-            (
-                "Say sit when the puppy sits down.",
-                "Say the word clearly and only once. Timing matters more than volume.",
-            ),
-            (
-                "Give the treat and praise right away.",
-                "Immediate rewards help the puppy link the word to the action.",
-            ),
-            (
-                "Practice a few minutes every day.",
-                "Short sessions keep the puppy interested. Stop before it gets bored.",
-            ),
-        ],
-    ),
-    (
-        "Speed Up a Slow Laptop",
-        [
-            (
-                "Restart the laptop.",
-                "A restart clears temporary files and stuck programs. Many problems go away this way.",
-            ),
-            (
-                "Remove programs you do not use.",
-                "Open the list of installed apps and uninstall old ones. Unused programs often run in the background.",
-            ),
-            (
-                "Disable startup programs.",
-                "Fewer startup programs means a faster boot. Use the task manager to switch them off.",
-            ),
-            (
-                "Free up disk space.",
-                "Delete old downloads and empty the recycle bin. Keep at least ten percent of the disk free.",
-            ),
-        ],
-    ),
-    (
-        "Grow Basil Indoors",
-        [
-            (
-                "Pick a sunny windowsill.",
-                "Basil needs six to eight hours of light a day. A south-facing window is best.",
-            ),
-            (
-                "Plant the seeds in moist soil.",
-                "Press them gently into the surface. Cover the pot with plastic wrap until they sprout.",
-            ),
-            (
-                "Water when the top of the soil is dry.",
-                "Basil does not like soggy roots. Water at the base, not on the leaves.",
-            ),
-            (
-                "Pinch off the flower buds.",
-                "Flowers make the leaves bitter. Pinching also makes the plant bushier.",
-            ),
-        ],
-    ),
-    (
-        "Write a Cover Letter",
-        [
-            (
-                "Address the hiring manager by name.",
-                "A name shows you did your research. Check the company website or LinkedIn.",
-            ),
-            (
-                "Open with the job you are applying for.",
-                "State the position in the first sentence. Mention where you saw the advert.",
-            ),
-            (
-                "Explain why you are a good fit.",
-                "Link two or three of your skills to the job description. Give a short example for each.",
-            ),
-            (
-                "Close with a call to action.",
-                "Say that you look forward to an interview. Thank the reader for their time.",
-            ),
-        ],
-    ),
-)
-
-
-def generate_article(rng: random.Random) -> tuple[str, str, str]:
-    """One raw row ``(headline, title, text)`` in the split-file form: the headline is the bold first
-    line of each step, and each step's paragraph in the text starts with that line."""
-    title, steps = en.pick(rng, _TOPICS)
-    k = rng.randint(3, len(steps))
-    chosen = sorted(rng.sample(range(len(steps)), k))
-    headline = "".join(f"\n{steps[i][0]}" for i in chosen)
-    paragraphs = []
-    for i in chosen:
-        bold, detail = steps[i]
-        extra = en.pick(
-            rng, ("", " This step is easy to skip, but it makes a difference.", " Take your time.")
-        )
-        paragraphs.append(f" {bold} {detail}{extra}")
-    return headline, f"How to {title}", "\n".join(paragraphs)
-
-
-def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
-    """Write ``train.csv``/``val.csv``/``test.csv`` (header ``headline,title,text``, the form
-    :func:`download` produces) with :data:`SAMPLE_SIZES` articles; byte-identical for the same ``seed``."""
-    out_dir = Path(out_dir)
-    counts: dict[str, int] = {}
-    for split in en.SPLITS:
-        rng = random.Random(f"wikihow-{seed}-{split}")
-        rows = [generate_article(rng) for _ in range(SAMPLE_SIZES[split])]
-        counts[split] = en.write_csv_atomic(out_dir / f"{split}.csv", HEADER, rows)
-    return counts
-
-
 en.register_source(
-    NAME, parse, download, write_samples, CONFIG_KEY,
+    NAME, parse, download, sample_writer(NAME), CONFIG_KEY,
     upstream=f"https://github.com/{REPO} @ {COMMIT} (split lists) + wikihowAll.csv from {MANUAL_URL}",
     splits=en.SPLITS,
 )

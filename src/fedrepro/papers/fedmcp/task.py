@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 
 from fedrepro.papers.fedmcp.methods import LocalHParams, build_model, get_method, local_update
-from fedrepro.data.glue import LABEL_NAMES
 from fedrepro.data.seq2seq import derive_seed
+from fedrepro.data.sources.glue import LABEL_NAMES
 from fedrepro.devices import cell_device, cpu_state, model_device, to_device
 from fedrepro.io import InputError, read_jsonl
 
