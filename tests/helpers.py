@@ -1,12 +1,21 @@
-"""Small fixtures shared by tests: a tiny backbone folder, client partitions and a cell config."""
+"""Small fixtures shared by tests: a tiny backbone folder, client partitions, a cell config, and
+the config files and Snakemake runs of the workflow tests."""
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from fedrepro.io import write_jsonl_atomic
 from fedrepro.models.backbones import prepare_backbone
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 CLIENT_WORDS = {
     "Academic": ["speech", "recognizer", "phd", "features", "noise", "training", "delay", "frames"],
@@ -71,3 +80,60 @@ def make_cell(tmp: Path, method: str, backbone_dir: str, folders: dict, rounds: 
         "threads": 1, "clients_per_round": None, "keep_round_checkpoints": False,
         "round_timeout_s": 300, "out_dir": str(tmp / out_name),
     }
+
+
+# -- workflow tests: config files and Snakemake runs ---------------------------------------------
+def run_snakemake(*args, cwd=ROOT, timeout=600) -> subprocess.CompletedProcess:
+    """Run this environment's ``snakemake`` with ``args`` (output captured as text)."""
+    return subprocess.run(
+        [SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def configs() -> list[dict]:
+    """``config/config.yaml`` and ``config/paper.yaml`` as loaded (not merged)."""
+    return [yaml.safe_load((ROOT / "config" / n).read_text()) for n in ("config.yaml", "paper.yaml")]
+
+
+def deep_update(base: dict, over: dict) -> None:
+    """Merge ``over`` into ``base`` in place, mapping by mapping (as Snakemake merges configs)."""
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            deep_update(base[k], v)
+        else:
+            base[k] = v
+
+
+def demo_config_absolute() -> dict:
+    """The demo config with sample folders made absolute (the test runs in a scratch folder)."""
+    cfg = configs()[0]
+    for name, d in cfg["data"].items():
+        d["samples_dir"] = str(ROOT / d.get("samples_dir", f"resources/samples/{name}"))
+    return cfg
+
+
+def write_config(tmp: Path, overrides: str | dict | None = None, name: str = "smoke.yaml") -> Path:
+    """Write :func:`demo_config_absolute` deep-merged with ``overrides`` (YAML text or a mapping)
+    to ``tmp / name``; return the file's path."""
+    cfg = demo_config_absolute()
+    if overrides:
+        deep_update(cfg, yaml.safe_load(overrides) if isinstance(overrides, str) else overrides)
+    path = tmp / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def build_targets(
+    tmp: Path,
+    overrides: str | dict | None,
+    targets: Sequence[str],
+    timeout: int = 600,
+    name: str = "smoke.yaml",
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """Write the config (:func:`write_config`) and build ``targets`` with two cores in ``tmp``;
+    return the config file's path and the Snakemake run."""
+    path = write_config(tmp, overrides, name)
+    res = run_snakemake(
+        "--cores", "2", "--configfile", str(path), "--directory", str(tmp), *targets, timeout=timeout
+    )
+    return path, res

@@ -7,7 +7,13 @@ import torch
 
 import helpers
 from fedrepro.io import InputError
-from fedrepro.models.backbones import BACKBONES, get_spec, load_backbone, prepare_backbone
+from fedrepro.models.backbones import (
+    BACKBONES,
+    download_snapshot,
+    get_spec,
+    load_backbone,
+    prepare_backbone,
+)
 from fedrepro.grid import backbone_settings
 
 
@@ -48,13 +54,49 @@ def test_hub_backbone_offline_fails_fast_naming_the_hub_id_and_config_key(tmp_pa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     settings = backbone_settings({"backbones": {"bart-base": {"kind": "hub"}}}, "bart-base")
     t0 = time.time()
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(InputError) as err:
         prepare_backbone(settings, [], tmp_path / "bb")
     assert time.time() - t0 < 20
     msg = str(err.value)
-    assert "facebook/bart-base" in msg and "backbones.<name>.local_dir" in msg
+    assert "facebook/bart-base" in msg and "backbones.bart-base.local_dir" in msg
     assert not (tmp_path / "bb").exists()
     assert [p.name for p in tmp_path.iterdir()] == []  # no partial folder left behind
+
+
+def test_download_snapshot_offline_names_hub_id_revision_and_config_key(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(InputError) as err:
+        download_snapshot("org/model", "abc123", tmp_path / "snap", "some.section.local_dir")
+    msg = str(err.value)
+    assert "org/model" in msg and "abc123" in msg and "some.section.local_dir" in msg
+    assert "HF_HUB_OFFLINE" in msg
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_download_snapshot_unreachable_hub_fails_fast(tmp_path, monkeypatch):
+    import fedrepro.data.download
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    seen = []
+
+    def unreachable(url, timeout):
+        seen.append((url, timeout))
+        raise TimeoutError(f"no connection within {timeout:g} s")
+
+    monkeypatch.setattr(fedrepro.data.download, "check_reachable", unreachable)
+    t0 = time.monotonic()
+    with pytest.raises(InputError) as err:
+        download_snapshot("org/model", "abc123", tmp_path / "snap", "k.local_dir", timeout=0.5)
+    assert time.monotonic() - t0 < 5
+    assert seen == [(constants.ENDPOINT, 0.5)]
+    msg = str(err.value)
+    assert "org/model" in msg and "abc123" in msg and "k.local_dir" in msg and "TimeoutError" in msg
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_local_dir_backbone_links_a_saved_model(tmp_path):

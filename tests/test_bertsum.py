@@ -266,8 +266,9 @@ def test_load_rejects_non_backbone_folder(tmp_path):
 
 def test_download_fails_fast_offline_naming_the_hub_id(tmp_path):
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match=BERT_HUB_ID.replace("/", "/")):
+    with pytest.raises(InputError, match=BERT_HUB_ID) as err:
         download_bert_backbone(tmp_path / "bert")
+    assert "backbones.bert-base.local_dir" in str(err.value)
     assert time.monotonic() - start < 5
     assert not (tmp_path / "bert").exists()
 

@@ -4,8 +4,7 @@ import json
 
 import pandas as pd
 import pytest
-import yaml
-from test_workflow import _deep_update, _demo_config_absolute, _snakemake
+from helpers import build_targets, run_snakemake
 
 SMOKE = """
 backbones:
@@ -25,12 +24,7 @@ TARGETS = ["fedmcp_table1", "fedmcp_table2", "fedmcp_figure3", "fedmcp_figure4",
 
 @pytest.mark.slow
 def test_fedmcp_targets_build_on_a_smoke_config(tmp_path):
-    cfg = _demo_config_absolute()
-    _deep_update(cfg, yaml.safe_load(SMOKE))
-    path = tmp_path / "smoke.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    res = _snakemake("--cores", "2", "--configfile", str(path), "--directory", str(tmp_path),
-                     *TARGETS, timeout=1200)
+    path, res = build_targets(tmp_path, SMOKE, TARGETS, timeout=1200)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     t1 = pd.read_csv(tmp_path / "results/tables/fedmcp_table1.csv")
     assert list(t1.Method) == ["Local", "FedAvg (Full FT)", "FedAvg (PEFT)", "FedLR", "FedAP", "MOON",
@@ -55,5 +49,5 @@ def test_fedmcp_targets_build_on_a_smoke_config(tmp_path):
         assert (tmp_path / f"results/figures/fedmcp_{fig}.png").stat().st_size > 1000
     prov = json.loads((tmp_path / "results/fedmcp/crosstask/roberta-base/FedMCP/seed~3/provenance.json").read_text())
     assert prov["engine"] == "inprocess" and prov["seed"] == 3
-    again = _snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path), *TARGETS)
+    again = run_snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path), *TARGETS)
     assert "Nothing to be done" in again.stdout + again.stderr

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fedrepro.data.oracle import oracle_labels
-from fedrepro.fl import fedsum_task
+from fedrepro.papers.fedsum import task as fedsum_task
 from fedrepro.fl.cell import load_final_adapters, run_cell
 from fedrepro.io import InputError, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from fedrepro.papers.fedsum.scores import reported_round, write_cell_scores

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from test_workflow import _deep_update, _demo_config_absolute, _snakemake
+from helpers import build_targets, configs, run_snakemake, write_config
 
 SMOKE = """
 backbones:
@@ -40,20 +40,7 @@ METHODS = ["Separate", "FedAvg", "FedProto", "FedSum"]
 
 @pytest.mark.slow
 def test_fedsum_targets_build_on_a_smoke_config(tmp_path):
-    cfg = _demo_config_absolute()
-    _deep_update(cfg, yaml.safe_load(SMOKE))
-    path = tmp_path / "smoke.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    res = _snakemake(
-        "--cores",
-        "2",
-        "--configfile",
-        str(path),
-        "--directory",
-        str(tmp_path),
-        *TARGETS,
-        timeout=1200,
-    )
+    path, res = build_targets(tmp_path, SMOKE, TARGETS, timeout=1200)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     tables = tmp_path / "results" / "tables"
     t1 = pd.read_csv(tables / "fedsum_table1.csv")
@@ -105,18 +92,16 @@ def test_fedsum_targets_build_on_a_smoke_config(tmp_path):
     )
     assert json.loads((cell / "provenance.json").read_text())["engine"] == "inprocess"
     assert not (cell / "checkpoints").exists()
-    again = _snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path), *TARGETS)
+    again = run_snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path), *TARGETS)
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
 def test_grid_and_bad_config_errors_name_the_key():
     """The grid (plain Python over the config) and its errors, without running anything."""
-    from test_workflow import _configs
-
     from fedrepro.papers.fedsum import grid as wfsum
     from fedrepro.io import InputError
 
-    demo, paper = _configs()
+    demo, paper = configs()
     cell = wfsum.make_fedsum_cell(paper, "fedsum-cnndm-a0.1", "FedProx", 2)
     assert cell["baselines"] == {"mu": 1.0} and "fedsum" not in cell  # only its own hyperparameters
     assert (
@@ -154,11 +139,8 @@ def test_grid_and_bad_config_errors_name_the_key():
 
 
 def test_one_job_per_run_when_rows_are_off(tmp_path):
-    cfg = _demo_config_absolute()
-    cfg["fedsum"]["cells_per_job"] = "cell"
-    path = tmp_path / "cells.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    res = _snakemake(
+    path = write_config(tmp_path, {"fedsum": {"cells_per_job": "cell"}}, "cells.yaml")
+    res = run_snakemake(
         "-n", "--configfile", str(path), "--directory", str(tmp_path), "fedsum", timeout=300
     )
     out = res.stdout + res.stderr

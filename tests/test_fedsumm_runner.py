@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.fl import fedsumm_task
+from fedrepro.papers.fedsumm import task as fedsumm_task
 from fedrepro.fl.cell import load_final_adapters, run_cell
 from fedrepro.fl.checkpoint import checkpoint_paths
 from fedrepro.fl.checkpoint import load_state

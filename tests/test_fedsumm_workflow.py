@@ -6,8 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-import yaml
-from test_workflow import ROOT, _configs, _deep_update, _demo_config_absolute, _snakemake
+from helpers import ROOT, build_targets, configs, deep_update, run_snakemake
 
 from fedrepro.papers.fedsumm import grid as wfs
 from fedrepro.config import validate_config
@@ -46,8 +45,8 @@ TARGETS = [
 
 def _paper_config() -> dict:
     """config/paper.yaml deep-merged over config/config.yaml, as Snakemake merges them."""
-    demo, paper = _configs()
-    _deep_update(demo, paper)
+    demo, paper = configs()
+    deep_update(demo, paper)
     return demo
 
 
@@ -81,21 +80,21 @@ def test_education_without_a_local_copy_gets_no_cells_and_says_data_not_availabl
 
 
 def test_bad_fedsumm_config_is_a_clear_error():
-    cfg = _configs()[0]
+    cfg = configs()[0]
     cfg["fedsumm"]["clients"] = 7
     with pytest.raises(
         InputError, match=r"fedsumm.clients = 7 is not in partitions.fedsumm.num_clients"
     ):
         wfs.target_cells(cfg, "table1")
-    cfg = _configs()[0]
+    cfg = configs()[0]
     cfg["fedsumm"]["figure5"]["clients"] = [2, 3]
     with pytest.raises(InputError, match=r"fedsumm.figure5.clients \[3\]"):
         wfs.target_cells(cfg, "figure5")
-    cfg = _configs()[0]
+    cfg = configs()[0]
     cfg["fedsumm"]["train"]["max_source_length"] = 4096
     with pytest.raises(InputError, match="max_positions"):
         wfs.make_cell(cfg, "csl", 4, "ct", "FedSUMM", 1)
-    cfg = _configs()[0]
+    cfg = configs()[0]
     cfg["fedsumm"]["algorithm"]["rho_window"] = "weekly"
     cfg["fedsumm"]["dp"]["sigma"] = 1.0
     with pytest.raises(InputError) as err:
@@ -105,20 +104,7 @@ def test_bad_fedsumm_config_is_a_clear_error():
 
 @pytest.mark.slow
 def test_every_fedsumm_target_builds_on_a_smoke_config(tmp_path):
-    cfg = _demo_config_absolute()
-    _deep_update(cfg, yaml.safe_load(SMOKE))
-    path = tmp_path / "smoke.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    res = _snakemake(
-        "--cores",
-        "2",
-        "--configfile",
-        str(path),
-        "--directory",
-        str(tmp_path),
-        *TARGETS,
-        timeout=900,
-    )
+    path, res = build_targets(tmp_path, SMOKE, TARGETS, timeout=900)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     t1 = pd.read_csv(tmp_path / "results/tables/fedsumm_table1.csv")
     assert len(t1) == 2 * 2 * 4 and list(t1.Regime[:4]) == ["single", "all", "FedAvg", "FedSUMM"]
@@ -160,5 +146,5 @@ def test_every_fedsumm_target_builds_on_a_smoke_config(tmp_path):
     assert prov["engine"] == "inprocess" and prov["cell"]["regime"] == "FedSUMM"
     assert not (cell / "checkpoints").exists()
     assert not (tmp_path / "logs/download_source/education.log").exists()  # never attempted
-    again = _snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path), *TARGETS)
+    again = run_snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path), *TARGETS)
     assert "Nothing to be done" in again.stdout + again.stderr

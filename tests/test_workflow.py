@@ -3,33 +3,31 @@
 import json
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
+from helpers import (
+    ROOT,
+    SNAKEMAKE,
+    build_targets,
+    configs,
+    demo_config_absolute,
+    run_snakemake,
+)
+
 from fedrepro.config import validate_config
 from fedrepro.io import InputError
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-
-
-def _snakemake(*args, cwd=ROOT, timeout=600):
-    return subprocess.run(
-        [SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
-
 
 def test_snakemake_lint_is_clean():
-    res = _snakemake("--lint")
+    res = run_snakemake("--lint")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Congratulations" in res.stdout + res.stderr
 
 
 def test_paper_config_dry_run_lists_every_cell_of_the_paper_grids():
-    res = _snakemake("-n", "--configfile", "config/paper.yaml", timeout=120)
+    res = run_snakemake("-n", "--configfile", "config/paper.yaml", timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
@@ -49,17 +47,13 @@ def test_paper_config_dry_run_lists_every_cell_of_the_paper_grids():
         assert cell in out
 
 
-def _configs():
-    return [yaml.safe_load((ROOT / "config" / n).read_text()) for n in ("config.yaml", "paper.yaml")]
-
-
 def test_both_configs_validate():
-    for cfg in _configs():
+    for cfg in configs():
         validate_config(cfg, ROOT / "config" / "schema.yaml")
 
 
 def test_bad_config_names_the_key_and_the_problem():
-    cfg = _configs()[0]
+    cfg = configs()[0]
     cfg["adafedseleckd"]["train"]["lr"] = "fast"
     cfg["adafedseleckd"]["methods"].append("AdaFedMagic")
     cfg["data"]["qmsum"]["source"] = "local"
@@ -146,32 +140,15 @@ adafedseleckd:
 """
 
 
-def _demo_config_absolute() -> dict:
-    """The demo config with sample folders made absolute (the test runs in a scratch folder)."""
-    cfg = _configs()[0]
-    for name, d in cfg["data"].items():
-        d["samples_dir"] = str(ROOT / d.get("samples_dir", f"resources/samples/{name}"))
-    return cfg
-
-
-def _deep_update(base: dict, over: dict) -> None:
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _deep_update(base[k], v)
-        else:
-            base[k] = v
-
-
 @pytest.mark.slow
 def test_end_to_end_tiny_config_produces_table3(tmp_path):
     """Raw samples -> clients -> all five methods (three through Flower) -> ROUGE -> Table III."""
-    cfg = tmp_path / "tiny.yaml"
-    base = _demo_config_absolute()
-    _deep_update(base, yaml.safe_load(TINY_CONFIG.format(samples=ROOT / "resources" / "samples" / "qmsum")))
-    cfg.write_text(yaml.safe_dump(base))
-    res = _snakemake(
-        "--cores", "2", "--configfile", str(cfg), "--directory", str(tmp_path),
-        "adafedseleckd_table3", "dataset_stats", timeout=900,
+    cfg, res = build_targets(
+        tmp_path,
+        TINY_CONFIG.format(samples=ROOT / "resources" / "samples" / "qmsum"),
+        ["adafedseleckd_table3", "dataset_stats"],
+        timeout=900,
+        name="tiny.yaml",
     )
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     table = tmp_path / "results" / "tables" / "adafedseleckd_table3.csv"
@@ -193,18 +170,21 @@ def test_end_to_end_tiny_config_produces_table3(tmp_path):
     assert prov["bytes_per_round"][0]["up"] > 0
     assert not (cell / "checkpoints").exists()  # cleaned after a finished run
     # nothing to do on a second invocation
-    again = _snakemake("-n", "--configfile", str(cfg), "--directory", str(tmp_path), "adafedseleckd_table3")
+    again = run_snakemake("-n", "--configfile", str(cfg), "--directory", str(tmp_path), "adafedseleckd_table3")
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
 @pytest.mark.slow
 def test_dataset_stats_rule_runs_every_source_and_split_setting_on_the_demo_config(tmp_path):
     """Every source's samples are parsed and every split setting of the four papers is built."""
-    cfg = _demo_config_absolute()
-    path = tmp_path / "demo.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    res = _snakemake("--cores", "2", "--configfile", str(path), "--directory", str(tmp_path),
-                     "dataset_stats", "results/data/cnndm/oracle_labels.jsonl", timeout=600)
+    _, res = build_targets(
+        tmp_path,
+        None,
+        ["dataset_stats", "results/data/cnndm/oracle_labels.jsonl"],
+        timeout=600,
+        name="demo.yaml",
+    )
+    cfg = demo_config_absolute()
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     import pandas as pd
 
@@ -228,7 +208,7 @@ def test_dataset_stats_rule_runs_every_source_and_split_setting_on_the_demo_conf
 
 @pytest.mark.slow
 def test_download_rule_offline_fails_fast_and_leaves_nothing(tmp_path):
-    cfg = _demo_config_absolute()
+    cfg = demo_config_absolute()
     cfg["data"]["samsum"] = {"source": "download", "download_timeout_s": 5}
     path = tmp_path / "dl.yaml"
     path.write_text(yaml.safe_dump(cfg))

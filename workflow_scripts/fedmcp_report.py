@@ -1,7 +1,7 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.reporting import fedmcp  # noqa: E402
+from fedrepro.papers.fedmcp import report as fedmcp  # noqa: E402
 
 target = snakemake.wildcards.fm_target
 if target.startswith("table"):

@@ -1,7 +1,7 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.reporting import fedsum  # noqa: E402
+from fedrepro.papers.fedsum import report as fedsum  # noqa: E402
 
 target = snakemake.wildcards.fsum_target
 if target.startswith("table"):

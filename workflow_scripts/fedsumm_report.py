@@ -1,7 +1,7 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
-from fedrepro.reporting import fedsumm  # noqa: E402
+from fedrepro.papers.fedsumm import report as fedsumm  # noqa: E402
 
 fedsumm.build(
     snakemake.wildcards.fs_target,

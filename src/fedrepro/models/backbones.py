@@ -1,7 +1,7 @@
 """Backbone registry: paper-scale hub checkpoints and demo-scale tiny models of the same classes.
 
 One loading path serves both scales: :func:`load_backbone` calls ``from_pretrained`` on a
-directory.  At paper scale that directory is a hub snapshot made by :func:`download_backbone`;
+directory.  At paper scale that directory is a hub snapshot made by :func:`download_snapshot`;
 at demo scale it is written by :func:`build_tiny_backbone` (a tokenizer trained locally with
 ``tokenizers`` on the sample training text, and a randomly initialised model of the paper
 backbone's class with a small config, optionally warmed up by :mod:`fedrepro.models.pretrain`).
@@ -75,30 +75,64 @@ def model_class(class_name: str):
         raise InputError(f"transformers has no model class {class_name!r}") from None
 
 
-def download_backbone(hub_id: str, revision: str, dest: str | os.PathLike) -> Path:
-    """Download a hub snapshot (model + tokenizer files) at ``revision`` into ``dest``.
+BACKBONE_DOWNLOAD_PATTERNS = ("*.json", "*.txt", "*.model", "*.safetensors")
+"""Files :func:`download_snapshot` fetches by default: configs, tokenizer files, weights."""
 
-    Fails fast and clearly when the hub is unreachable (set ``HF_HUB_OFFLINE=1`` to fail in about
-    a second instead of retrying); the error names the hub id and the config key that points at a
-    local copy instead (``backbones.<name>.local_dir``).
+
+def download_snapshot(
+    hub_id: str,
+    revision: str,
+    dest: str | os.PathLike,
+    config_key: str,
+    allow_patterns: Sequence[str] = BACKBONE_DOWNLOAD_PATTERNS,
+    timeout: float = 10.0,
+) -> Path:
+    """Download the hub snapshot ``hub_id`` at ``revision`` (files matching ``allow_patterns``)
+    into ``dest``, atomically (no partial folder is left behind).
+
+    Fails fast: at once when ``HF_HUB_OFFLINE`` is set, within about ``timeout`` seconds when the
+    hub endpoint cannot be reached.  Every failure is an :class:`~fedrepro.io.InputError` naming
+    the hub id, the revision and ``config_key``, the config key that points at a local copy
+    instead (e.g. ``backbones.<name>.local_dir``).
     """
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
+    from fedrepro.data.download import check_reachable
+
+    def fail(reason: str) -> InputError:
+        return InputError(
+            f"could not download {hub_id} at revision {revision} from the Hugging Face hub "
+            f"({reason}). Offline? Download that revision elsewhere (model + tokenizer files) and "
+            f"set the config key {config_key} to the folder holding config.json"
+        )
+
+    # the flag as the hub client read it at import, or as the environment says now
+    env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    if constants.HF_HUB_OFFLINE or env:
+        raise fail("HF_HUB_OFFLINE is set")
     try:
+        check_reachable(constants.ENDPOINT, timeout)
         with atomic_dir(dest) as tmp:
             snapshot_download(
                 repo_id=hub_id,
                 revision=revision,
                 local_dir=tmp,
-                allow_patterns=["*.json", "*.txt", "*.model", "*.safetensors"],
+                allow_patterns=list(allow_patterns),
             )
-    except Exception as exc:  # noqa: BLE001 - re-raised with the user-facing explanation
-        raise RuntimeError(
-            f"could not download backbone {hub_id}@{revision} from the Hugging Face hub "
-            f"({type(exc).__name__}: {exc}). Offline? Download it elsewhere and set the config key "
-            f"backbones.<name>.local_dir to the folder holding config.json and the tokenizer."
-        ) from exc
+    except Exception as exc:  # re-raised with the user-facing explanation
+        raise fail(f"{type(exc).__name__}: {exc}") from exc
     return Path(dest)
+
+
+def download_backbone(
+    hub_id: str,
+    revision: str,
+    dest: str | os.PathLike,
+    config_key: str = "backbones.<name>.local_dir",
+) -> Path:
+    """Download a backbone's hub snapshot (model + tokenizer files) at ``revision`` into ``dest``;
+    :func:`download_snapshot` with the backbone file patterns."""
+    return download_snapshot(hub_id, revision, dest, config_key)
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike):
@@ -310,7 +344,8 @@ def prepare_backbone(
             for f in src.iterdir():
                 (tmp / f.name).symlink_to(f)
         return Path(out_dir)
-    return download_backbone(settings["hub_id"], settings["revision"], out_dir)
+    key = f"backbones.{settings['name']}.local_dir"
+    return download_backbone(settings["hub_id"], settings["revision"], out_dir, key)
 
 
 def prepare_backbone_from_files(settings: dict, train_files: Sequence[str], out_dir: str) -> Path:

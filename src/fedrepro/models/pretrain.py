@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -36,16 +36,8 @@ def corrupt_spans(ids: list[int], mask_id: int, rng: random.Random, ratio: float
     return out
 
 
-def denoising_warmup(
-    model,
-    tokenizer,
-    texts: Sequence[str],
-    steps: int,
-    batch_size: int,
-    lr: float,
-    max_length: int,
-    seed: int = 0,
-) -> list[float]:
+def denoising_warmup(model, tokenizer, texts: Sequence[str], steps: int, batch_size: int, lr: float,
+                     max_length: int, seed: int = 0) -> list[float]:
     """Train ``model`` (all parameters) for ``steps`` denoising steps; return the loss curve."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -55,31 +47,21 @@ def denoising_warmup(
         raise ValueError("denoising warm-up needs non-empty training text")
     pad_id = model.config.pad_token_id
     start_id = model.config.decoder_start_token_id
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    model.train()
-    losses = []
-    for step in range(steps):
-        picks = [enc[rng.randrange(len(enc))] for _ in range(batch_size)]
+
+    def make_batch(picks: list[list[int]]) -> dict:
         batch = collate(
             [{"input_ids": corrupt_spans(p, tokenizer.mask_token_id, rng), "labels": p} for p in picks],
             pad_id,
             start_id,
         )
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=batch["decoder_input_ids"],
-            labels=batch["labels"],
-        )
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(float(out.loss.detach()))
-        if step % 50 == 0 or step == steps - 1:
-            log.info("warm-up step %d/%d loss %.3f", step + 1, steps, losses[-1])
-    model.eval()
-    return losses
+        return {
+            "input_ids": batch["input_ids"],
+            "attention_mask": batch["attention_mask"],
+            "decoder_input_ids": batch["decoder_input_ids"],
+            "labels": batch["labels"],
+        }
+
+    return _train_steps(model, enc, steps, batch_size, lr, rng, make_batch, "warm-up")
 
 
 def mask_tokens(ids: list[int], mask_id: int, vocab_size: int, special: set[int], rng: random.Random,
@@ -100,16 +82,8 @@ def mask_tokens(ids: list[int], mask_id: int, vocab_size: int, special: set[int]
     return inputs, labels
 
 
-def mlm_warmup(
-    model,
-    tokenizer,
-    texts: Sequence[str],
-    steps: int,
-    batch_size: int,
-    lr: float,
-    max_length: int,
-    seed: int = 0,
-) -> list[float]:
+def mlm_warmup(model, tokenizer, texts: Sequence[str], steps: int, batch_size: int, lr: float,
+               max_length: int, seed: int = 0) -> list[float]:
     """Demo-scale stand-in for RoBERTa pre-training: ``steps`` masked-LM steps of a
     ``RobertaForMaskedLM`` (all parameters) on unlabelled training text; returns the loss curve."""
     rng = random.Random(seed)
@@ -120,11 +94,8 @@ def mlm_warmup(
         raise ValueError("masked-LM warm-up needs non-empty training text")
     pad_id = model.config.pad_token_id
     special = set(tokenizer.all_special_ids)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    model.train()
-    losses = []
-    for step in range(steps):
-        picks = [enc[rng.randrange(len(enc))] for _ in range(batch_size)]
+
+    def make_batch(picks: list[list[int]]) -> dict | None:
         pairs = [mask_tokens(p, tokenizer.mask_token_id, len(tokenizer), special, rng) for p in picks]
         width = max(len(p) for p in picks)
         ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
@@ -135,14 +106,41 @@ def mlm_warmup(
             labels[row, : len(y)] = torch.tensor(y)
             mask[row, : len(x)] = 1
         if (labels == -100).all():
+            return None  # nothing to predict: skip the step
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    return _train_steps(model, enc, steps, batch_size, lr, rng, make_batch, "MLM warm-up")
+
+
+def _train_steps(
+    model,
+    enc: list[list[int]],
+    steps: int,
+    batch_size: int,
+    lr: float,
+    rng: random.Random,
+    make_batch: Callable[[list[list[int]]], dict | None],
+    label: str,
+) -> list[float]:
+    """The warm-ups' shared loop: ``steps`` AdamW steps (weight decay 0.01, gradients clipped to
+    norm 1) of ``model`` (all parameters) on batches of ``batch_size`` token lists drawn from
+    ``enc`` with ``rng``; ``make_batch`` turns the drawn lists into the model's keyword arguments,
+    or ``None`` to skip the step.  Leaves ``model`` in eval mode; returns the loss curve."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    model.train()
+    losses = []
+    for step in range(steps):
+        picks = [enc[rng.randrange(len(enc))] for _ in range(batch_size)]
+        batch = make_batch(picks)
+        if batch is None:
             continue
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        out = model(**batch)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(out.loss.detach()))
         if step % 50 == 0 or step == steps - 1:
-            log.info("MLM warm-up step %d/%d loss %.3f", step + 1, steps, losses[-1])
+            log.info("%s step %d/%d loss %.3f", label, step + 1, steps, losses[-1])
     model.eval()
     return losses

@@ -167,27 +167,13 @@ def download_bert_backbone(
     """Fetch the paper-scale BERT (``hub_id`` at ``revision``) into ``dest`` (model + tokenizer).
 
     Fails within about ``timeout`` seconds when the hub cannot be reached (immediately when
-    ``HF_HUB_OFFLINE`` is set), with a message naming the hub id and how to use a local copy.
+    ``HF_HUB_OFFLINE`` is set) with an :class:`~fedrepro.io.InputError` naming the hub id, the
+    revision and the config key for a local copy (``backbones.bert-base.local_dir``).
     """
-    from fedrepro.data.download import check_reachable
-    from fedrepro.models.backbones import download_backbone
+    from fedrepro.models.backbones import download_snapshot
 
-    how = (
-        f"download {hub_id} elsewhere (model + tokenizer, saved with save_pretrained) and "
-        f"point the backbone's local_dir config key at that folder"
-    )
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
-        raise RuntimeError(
-            f"cannot download BERT backbone {hub_id}@{revision}: HF_HUB_OFFLINE is set. {how}"
-        )
-    try:
-        check_reachable("https://huggingface.co", timeout)
-    except OSError as exc:  # TimeoutError is an OSError
-        raise RuntimeError(
-            f"cannot download BERT backbone {hub_id}@{revision}: the Hugging Face "
-            f"hub is unreachable ({exc}). {how}"
-        ) from exc
-    return download_backbone(hub_id, revision, dest)
+    key = "backbones.bert-base.local_dir"
+    return download_snapshot(hub_id, revision, dest, key, timeout=timeout)
 
 
 def load_bert_backbone(path: str | os.PathLike):

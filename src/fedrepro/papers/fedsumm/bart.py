@@ -279,28 +279,16 @@ def download_chinese_bart(
     ``HF_HUB_OFFLINE=1``) with an :class:`~fedrepro.io.InputError` naming the hub id, the revision
     and the config key to point at a local copy instead.
     """
-    from huggingface_hub import constants, snapshot_download
+    from fedrepro.models.backbones import download_snapshot
 
-    def fail(reason: str) -> InputError:
-        return InputError(
-            f"could not download Chinese BART {hub_id} at revision {revision} from the Hugging Face "
-            f"hub ({reason}). Offline? Download that revision elsewhere (model + vocab.txt) and set "
-            f"fedsumm.backbone.local_dir to the folder holding config.json"
-        )
-
-    if constants.HF_HUB_OFFLINE:
-        raise fail("HF_HUB_OFFLINE is set")
-    try:
-        from fedrepro.data.download import check_reachable
-
-        check_reachable(constants.ENDPOINT, connect_timeout)
-        with atomic_dir(dest) as tmp:
-            snapshot_download(
-                repo_id=hub_id, revision=revision, local_dir=tmp, allow_patterns=_DOWNLOAD_PATTERNS
-            )
-    except Exception as exc:
-        raise fail(f"{type(exc).__name__}: {exc}") from exc
-    return Path(dest)
+    return download_snapshot(
+        hub_id,
+        revision,
+        dest,
+        "fedsumm.backbone.local_dir",
+        allow_patterns=_DOWNLOAD_PATTERNS,
+        timeout=connect_timeout,
+    )
 
 
 def load_chinese_bart(path: str | os.PathLike, attn_implementation: str | None = None):

@@ -222,7 +222,28 @@ def _sinusoidal(max_positions: int, d_model: int) -> torch.Tensor:
     return table
 
 
-class CopyTransformer(nn.Module):
+class _CopyModel(nn.Module):
+    """What both copy models share: ``forward`` = :meth:`decode` of :meth:`encode`'s states.
+
+    Subclasses define ``encode(input_ids, attention_mask)`` -> encoder states (B, S, d) and
+    ``decode(enc_states, attention_mask, decoder_input_ids, src_ext_ids, n_oov)`` -> the
+    extended-vocabulary distribution (B, T, V + n_oov); :func:`generate_with_copy` calls the two
+    separately (encoding once per batch).
+    """
+
+    def forward(
+        self, input_ids, attention_mask, decoder_input_ids, src_ext_ids, n_oov
+    ) -> torch.Tensor:
+        return self.decode(
+            self.encode(input_ids, attention_mask),
+            attention_mask,
+            decoder_input_ids,
+            src_ext_ids,
+            n_oov,
+        )
+
+
+class CopyTransformer(_CopyModel):
     """Transformer encoder–decoder with a pointer-generator copy distribution (FedSUMM's CT).
 
     Shared source/target embedding scaled by √d plus sinusoidal positions (Vaswani et al.),
@@ -299,17 +320,6 @@ class CopyTransformer(nn.Module):
         attn, p_gen = self.copy_head(dec, enc_states, attention_mask, self.embed(decoder_input_ids))
         return copy_mixture(logits, attn, p_gen, src_ext_ids, n_oov)
 
-    def forward(
-        self, input_ids, attention_mask, decoder_input_ids, src_ext_ids, n_oov
-    ) -> torch.Tensor:
-        return self.decode(
-            self.encode(input_ids, attention_mask),
-            attention_mask,
-            decoder_input_ids,
-            src_ext_ids,
-            n_oov,
-        )
-
     def save_pretrained(self, out_dir: str | os.PathLike) -> None:
         from safetensors.torch import save_file
 
@@ -338,7 +348,7 @@ class CopyTransformer(nn.Module):
 
 
 # -- BART + CD --------------------------------------------------------------------------------------
-class BartWithCopy(nn.Module):
+class BartWithCopy(_CopyModel):
     """``BartForConditionalGeneration`` with the copy distribution switched on (Table II, "+ CD").
 
     Parameters
@@ -397,17 +407,6 @@ class BartWithCopy(nn.Module):
             out.decoder_hidden_states[-1], enc_states, attention_mask, dec_embeds, attention
         )
         return copy_mixture(out.logits, attn, p_gen, src_ext_ids, n_oov)
-
-    def forward(
-        self, input_ids, attention_mask, decoder_input_ids, src_ext_ids, n_oov
-    ) -> torch.Tensor:
-        return self.decode(
-            self.encode(input_ids, attention_mask),
-            attention_mask,
-            decoder_input_ids,
-            src_ext_ids,
-            n_oov,
-        )
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> None:
         from safetensors.torch import save_file
