@@ -53,6 +53,7 @@ rule evaluate_cell:
         predictions="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/predictions.jsonl",
         scores="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/scores.json",
     params:
+        evaluate="fedrepro.papers.adafedseleckd.evaluate:evaluate_cell",
         cell=lambda w: ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed),
     threads: ADA["threads_per_cell"]
     resources:
@@ -66,7 +67,7 @@ rule evaluate_cell:
     conda:
         "../envs/train.yaml"
     script:
-        "../workflow_scripts/adafedseleckd_evaluate_cell.py"
+        "../workflow_scripts/evaluate_cell.py"
 
 
 rule adafedseleckd_table:

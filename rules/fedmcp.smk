@@ -54,6 +54,7 @@ rule fedmcp_evaluate_cell:
         fm_backbone=FM["backbone"],
         fm_method="|".join(FM["methods"]),
     params:
+        evaluate="fedrepro.papers.fedmcp.task:evaluate_cell",
         cell=lambda w: fedmcp.make_cell(config, w.fm_backbone, w.fm_method, w.seed),
     threads: FM["threads_per_cell"]
     resources:
@@ -65,7 +66,7 @@ rule fedmcp_evaluate_cell:
     conda:
         "../envs/train.yaml"
     script:
-        "../workflow_scripts/fedmcp_evaluate_cell.py"
+        "../workflow_scripts/evaluate_cell.py"
 
 
 rule fedmcp_table:

@@ -135,6 +135,30 @@ def download_backbone(
     return download_snapshot(hub_id, revision, dest, config_key)
 
 
+def hub_snapshot(
+    dest: str | os.PathLike,
+    hub_id: str,
+    revision: str,
+    local_dir: str | os.PathLike | None,
+    config_key: str,
+    contents: str = "a folder saved with save_pretrained (model + tokenizer)",
+    allow_patterns: Sequence[str] = BACKBONE_DOWNLOAD_PATTERNS,
+    timeout: float = 10.0,
+) -> Path:
+    """A hub backbone at ``dest``: the user's local copy linked file by file when ``local_dir`` is
+    set (the value of ``config_key``; it must hold ``config.json``), else the snapshot of
+    ``hub_id`` at ``revision`` downloaded by :func:`download_snapshot`. Written atomically."""
+    if not local_dir:
+        return download_snapshot(hub_id, revision, dest, config_key, allow_patterns, timeout)
+    src = Path(local_dir).resolve()
+    if not (src / "config.json").is_file():
+        raise InputError(f"{config_key} = {src} holds no config.json; point it at {contents}")
+    with atomic_dir(dest) as tmp:
+        for f in src.iterdir():
+            (tmp / f.name).symlink_to(f)
+    return Path(dest)
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike):
     """Train a byte-level BPE tokenizer locally (demo scale) and save it in HF format."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -333,19 +357,13 @@ def prepare_backbone(
     spec = get_spec(settings["name"])
     if settings["kind"] == "tiny":
         return build_tiny_backbone(spec, texts, out_dir, settings["tiny"], seed, warmup_texts)
-    if settings.get("local_dir"):
-        src = Path(settings["local_dir"]).resolve()
-        if not (src / "config.json").exists():
-            raise InputError(
-                f"backbones.{settings['name']}.local_dir = {src} holds no config.json; point it at a "
-                f"folder saved with save_pretrained (model + tokenizer)"
-            )
-        with atomic_dir(out_dir) as tmp:
-            for f in src.iterdir():
-                (tmp / f.name).symlink_to(f)
-        return Path(out_dir)
-    key = f"backbones.{settings['name']}.local_dir"
-    return download_backbone(settings["hub_id"], settings["revision"], out_dir, key)
+    return hub_snapshot(
+        out_dir,
+        settings["hub_id"],
+        settings["revision"],
+        settings.get("local_dir"),
+        f"backbones.{settings['name']}.local_dir",
+    )
 
 
 def prepare_backbone_from_files(settings: dict, train_files: Sequence[str], out_dir: str) -> Path:

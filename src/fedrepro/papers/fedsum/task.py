@@ -789,8 +789,8 @@ def prepare_bert_backbone(settings: Mapping, train_files: list[str], out_dir: st
     tokenizer trained on the training records' documents and summaries of the FedSum datasets and
     a small random ``BertModel``; ``kind: hub`` -- a local copy (``local_dir``, linked) or the
     download of ``hub_id`` (``google-bert/bert-base-uncased``), failing fast offline."""
-    from fedrepro.io import atomic_dir
-    from fedrepro.papers.fedsum.model import build_tiny_bert_backbone, download_bert_backbone
+    from fedrepro.models.backbones import hub_snapshot
+    from fedrepro.papers.fedsum.model import BERT_HUB_ID, build_tiny_bert_backbone
 
     kind = settings.get("kind")
     if kind == "tiny":
@@ -824,21 +824,12 @@ def prepare_bert_backbone(settings: Mapping, train_files: list[str], out_dir: st
         raise InputError(
             f"config key backbones.bert-base.kind must be 'tiny' or 'hub', got {kind!r}"
         )
-    if settings.get("local_dir"):
-        src = Path(settings["local_dir"]).resolve()
-        if not (src / "config.json").exists():
-            raise InputError(
-                f"backbones.bert-base.local_dir = {src} holds no config.json; point it at a folder "
-                f"saved with save_pretrained (model + tokenizer)"
-            )
-        with atomic_dir(out_dir) as tmp:
-            for f in src.iterdir():
-                (tmp / f.name).symlink_to(f)
-        return Path(out_dir)
-    return download_bert_backbone(
+    return hub_snapshot(
         out_dir,
-        settings.get("hub_id") or "google-bert/bert-base-uncased",
+        settings.get("hub_id") or BERT_HUB_ID,
         settings.get("revision") or "main",
+        settings.get("local_dir"),
+        "backbones.bert-base.local_dir",
     )
 
 

@@ -75,6 +75,8 @@ DEFAULT_TINY = {
 """Demo-scale architecture (keys of the ``tiny`` mapping :func:`build_tiny_chinese_bart` takes)."""
 
 _DOWNLOAD_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin"]
+LOCAL_DIR_KEY = "fedsumm.backbone.local_dir"
+"""The config key of a local copy of the checkpoint (instead of the download)."""
 
 
 def _is_cjk(ch: str) -> bool:
@@ -282,12 +284,7 @@ def download_chinese_bart(
     from fedrepro.models.backbones import download_snapshot
 
     return download_snapshot(
-        hub_id,
-        revision,
-        dest,
-        "fedsumm.backbone.local_dir",
-        allow_patterns=_DOWNLOAD_PATTERNS,
-        timeout=connect_timeout,
+        hub_id, revision, dest, LOCAL_DIR_KEY, allow_patterns=_DOWNLOAD_PATTERNS, timeout=connect_timeout
     )
 
 
@@ -346,21 +343,17 @@ def prepare_chinese_bart(
         return build_tiny_chinese_bart(texts, out_dir, settings.get("tiny"), seed)
     if kind != "hub":
         raise InputError(f"fedsumm.backbone.kind must be 'tiny' or 'hub', got {kind!r}")
-    if settings.get("local_dir"):
-        src = Path(settings["local_dir"]).resolve()
-        if not (src / "config.json").is_file():
-            raise InputError(
-                f"fedsumm.backbone.local_dir = {src} holds no config.json; point it at a folder "
-                f"with {CHINESE_BART_HUB_ID}'s files (config.json, vocab.txt, weights)"
-            )
-        with atomic_dir(out_dir) as tmp:
-            for f in src.iterdir():
-                (tmp / f.name).symlink_to(f)
-        return Path(out_dir)
-    return download_chinese_bart(
+    from fedrepro.models.backbones import hub_snapshot
+
+    return hub_snapshot(
         out_dir,
         settings.get("hub_id", CHINESE_BART_HUB_ID),
         settings.get("revision", CHINESE_BART_REVISION),
+        settings.get("local_dir"),
+        LOCAL_DIR_KEY,
+        contents=f"a folder with {CHINESE_BART_HUB_ID}'s files (config.json, vocab.txt, weights)",
+        allow_patterns=_DOWNLOAD_PATTERNS,
+        timeout=5.0,
     )
 
 

@@ -1,0 +1,14 @@
+from fedrepro.logs import to_file
+
+to_file(snakemake.log[0])
+import importlib  # noqa: E402
+
+# the paper's evaluation function, named by its rule: params.evaluate = "module:function"
+module, _, function = snakemake.params.evaluate.partition(":")
+evaluate_cell = getattr(importlib.import_module(module), function)
+evaluate_cell(
+    dict(snakemake.params.cell),
+    snakemake.input.adapters,
+    snakemake.output.predictions,
+    snakemake.output.scores,
+)
