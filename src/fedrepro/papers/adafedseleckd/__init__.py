@@ -1,0 +1,1 @@
+"""AdaFedSelecKD (federated multi-domain meeting summarization: global/local adapters, entropy-selective KD)."""

@@ -1,0 +1,1 @@
+"""FedMCP (federated PEFT on GLUE with model-contrastive personalization: dual adapters, CKA)."""

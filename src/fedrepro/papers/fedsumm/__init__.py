@@ -1,0 +1,1 @@
+"""FedSUMM (personalized FL for Chinese summarization: gradient modulation, differential privacy)."""
