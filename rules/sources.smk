@@ -25,8 +25,8 @@ rule prepare_source:
         records="results/data/{source}/records.jsonl",
         report="results/data/{source}/prepare_report.json",
     params:
-        skip_malformed=lambda wildcards: config["data"][wildcards.source].get("skip_malformed", False),
-        parse_options=lambda wildcards: wf.parse_options(config, wildcards.source),
+        # skip_malformed, parse_options, heldout_test (data.<source>.heldout_test_fraction / _seed)
+        options=lambda wildcards: wf.prepare_options(config, wildcards.source),
     log:
         "logs/prepare_source/{source}.log",
     conda:

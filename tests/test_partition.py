@@ -100,3 +100,80 @@ def test_fedsumm_splits_a_corpus_over_n_clients():
     P.check_disjoint(m)
     with pytest.raises(InputError, match="fewer than 200 clients"):
         P.fedsumm_clients(ids, 200, seed=0, corpus="csl")
+
+
+# -- NLPCC2017: the download has only a train split; FedSUMM's clients still get a test split ---------
+def _paper_config() -> dict:
+    from helpers import configs, deep_update
+
+    cfg, paper = configs()
+    deep_update(cfg, paper)  # as Snakemake merges --configfile config/paper.yaml over the demo
+    return cfg
+
+
+def _prepare_nlpcc(cfg: dict, out) -> tuple[dict, list[dict]]:
+    from fedrepro import grid
+    from fedrepro.data.prepare import prepare_source
+    from fedrepro.io import read_jsonl
+
+    out.mkdir(parents=True, exist_ok=True)
+    report = prepare_source("nlpcc2017", grid.source_raw_dir(cfg, "nlpcc2017"), str(out / "records.jsonl"),
+                            str(out / "prepare_report.json"), **grid.prepare_options(cfg, "nlpcc2017"))
+    return report, read_jsonl(out / "records.jsonl")
+
+
+def test_nlpcc2017_train_only_download_gets_a_seeded_heldout_test_split_for_every_client(tmp_path):
+    import json
+
+    from fedrepro.data.settings import settings, write_setting
+
+    raw = tmp_path / "downloads" / "nlpcc2017"  # the hub copy's layout: nlpcc_data.json only
+    raw.mkdir(parents=True)
+    data = [{"title": f"第{i}条摘要", "content": f"第{i}篇新闻的第一段。<Paragraph>第二段{i}。"} for i in range(100)]
+    (raw / "nlpcc_data.json").write_text(json.dumps({"data": data}, ensure_ascii=False), encoding="utf-8")
+    cfg = _paper_config()
+    cfg["data"]["nlpcc2017"].update(source="local", local_dir=str(raw))
+    fraction = cfg["data"]["nlpcc2017"]["heldout_test_fraction"]
+    n_test = round(fraction * len(data))
+    assert n_test >= 2
+
+    report, records = _prepare_nlpcc(cfg, tmp_path / "a")
+    assert report["counts"] == {"train": len(data) - n_test, "test": n_test}
+    assert report["heldout_test"]["count"] == n_test
+    test_ids = {r["id"] for r in records if r["split"] == "test"}
+    train_ids = {r["id"] for r in records if r["split"] == "train"}
+    assert len(test_ids) == n_test and not test_ids & train_ids
+    # seeded: the same ids again; another seed draws others
+    assert {r["id"] for r in _prepare_nlpcc(cfg, tmp_path / "b")[1] if r["split"] == "test"} == test_ids
+    cfg["data"]["nlpcc2017"]["heldout_test_seed"] += 1
+    assert {r["id"] for r in _prepare_nlpcc(cfg, tmp_path / "c")[1] if r["split"] == "test"} != test_ids
+    cfg["data"]["nlpcc2017"]["heldout_test_seed"] -= 1
+
+    name = "fedsumm-nlpcc2017-n2"
+    setting = settings(cfg)[name]
+    records_file = str(tmp_path / "a" / "records.jsonl")
+    manifest = tmp_path / "manifest.json"
+    write_setting(name, setting, {"nlpcc2017": records_file}, 1, str(manifest))
+    counts = P.materialize(str(manifest), [records_file], str(tmp_path / "clients"))
+    assert len(counts) == 2 and sum(c["test"] for c in counts.values()) == n_test
+    got_test: set[str] = set()
+    for client in counts:
+        rows = {s: [json.loads(x)["id"] for x in (tmp_path / "clients" / client / f"{s}.jsonl").read_text().splitlines()]
+                for s in ("train", "test")}
+        assert len(rows["test"]) == n_test // 2 and not set(rows["test"]) & set(rows["train"])
+        got_test |= set(rows["test"])
+    assert got_test == test_ids
+
+
+def test_nlpcc2017_samples_keep_their_own_test_split(tmp_path):
+    """The committed samples ship a test file: no held-out split is drawn (the demo is unchanged)."""
+    from helpers import ROOT, configs
+
+    from fedrepro import grid
+    from fedrepro.data.prepare import prepare_source
+
+    cfg = configs()[0]
+    out = tmp_path
+    report = prepare_source("nlpcc2017", ROOT / grid.source_raw_dir(cfg, "nlpcc2017"), str(out / "r.jsonl"),
+                            str(out / "r.json"), **grid.prepare_options(cfg, "nlpcc2017"))
+    assert report["counts"] == {"train": 30, "test": 20} and report["heldout_test"] is None

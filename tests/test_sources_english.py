@@ -665,3 +665,56 @@ def test_wikihow_download_splits_the_manual_csv(tmp_path, monkeypatch):
     assert train["meta"]["sentences"] == ["Wash it.", "Use soap.", "Dry it.", "Use a towel."]
     assert [r["meta"]["title"] for r in wikihow.load_split(dest, "test")] == ["How to Grow Basil"]
     assert sources.get("wikihow").parse(dest / "val.csv")[0]["id"] == "wikihow-val-000000"
+
+
+# -- PubMed at paper scale: empty article bodies are skipped and named ----------------------------------
+def _paper_prepare_options(name: str) -> dict:
+    """The options the ``prepare_source`` rule passes for ``name`` under ``config/paper.yaml``."""
+    from helpers import configs, deep_update
+
+    from fedrepro import grid
+
+    cfg, paper = configs()
+    deep_update(cfg, paper)  # as Snakemake merges --configfile config/paper.yaml over the demo
+    return grid.prepare_options(cfg, name)
+
+
+def _skipped_named(report: dict) -> list[tuple[str, str, str]]:
+    return [(s["id"], s["field"], s["problem"]) for s in report["skipped_records"]]
+
+
+def test_pubmed_paper_options_skip_an_empty_article_body_and_name_it(tmp_path):
+    from fedrepro.data.prepare import prepare_source
+
+    empty = {"article_id": "PMC9", "article_text": [""], "abstract_text": ["<S> a . </S>"]}
+    other = dict(_GOOD["pubmed"], article_id="PMC3")
+    raw = tmp_path / "raw"
+    _write(raw / "train.txt", _jsonl([_GOOD["pubmed"], empty, other]))
+    opts = _paper_prepare_options("pubmed")
+    assert opts["skip_malformed"] is True
+    report = prepare_source("pubmed", raw, str(tmp_path / "r.jsonl"), str(tmp_path / "r.json"), **opts)
+    assert report["counts"] == {"train": 2} and report["skipped"] == 1
+    assert _skipped_named(report) == [("PMC9", "article_text", "empty")]
+    (entry,) = report["skipped_records"]
+    assert entry["record"] == "line 2" and entry["file"] == str(raw / "train.txt")
+    assert json.loads((tmp_path / "r.json").read_text())["skipped_records"] == report["skipped_records"]
+
+
+def test_real_pubmed_prepares_with_the_paper_options(shared_data, tmp_path):
+    from fedrepro.data.prepare import prepare_source
+
+    folder = shared_data / "pubmed"
+    train = folder / "pubmed_train_sample.armancohan.jsonl"
+    empty = [  # the training articles whose body is empty in the real files
+        (f"line {n}", obj["article_id"])
+        for n, obj in enumerate(map(json.loads, train.read_text(encoding="utf-8").splitlines()), 1)
+        if not any(s.strip() for s in obj["article_text"])
+    ]
+    assert [i for _, i in empty] == ["PMC1637871", "PMC1469534", "PMC4151783"]
+    opts = _paper_prepare_options("pubmed")
+    report = prepare_source("pubmed", folder, str(tmp_path / "r.jsonl"), str(tmp_path / "r.json"), **opts)
+    assert report["counts"] == {"train": 77, "val": 10, "test": 10} and report["skipped"] == 3
+    assert _skipped_named(report) == [(i, "article_text", "empty") for _, i in empty]
+    assert [(s["file"], s["record"]) for s in report["skipped_records"]] == [
+        (str(train), loc) for loc, _ in empty
+    ]

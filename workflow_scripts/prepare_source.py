@@ -8,6 +8,5 @@ prepare_source(
     snakemake.input.raw,
     snakemake.output.records,
     snakemake.output.report,
-    skip_malformed=bool(snakemake.params.skip_malformed),
-    parse_options=dict(snakemake.params.parse_options),
+    **dict(snakemake.params.options),
 )

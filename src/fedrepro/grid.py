@@ -96,6 +96,20 @@ def parse_options(config: dict, name: str) -> dict:
     return {}
 
 
+def prepare_options(config: dict, name: str) -> dict:
+    """Keyword arguments of :func:`fedrepro.data.prepare.prepare_source` for source ``name``:
+    ``skip_malformed`` (``data.<name>.skip_malformed``), the parser options and ``heldout_test``
+    (``data.<name>.heldout_test_fraction`` / ``heldout_test_seed``; ``None`` when not set)."""
+    d = config["data"][name]
+    fraction = d.get("heldout_test_fraction")
+    return {
+        "skip_malformed": bool(d.get("skip_malformed", False)),
+        "parse_options": parse_options(config, name),
+        "heldout_test": None if fraction is None
+        else {"fraction": float(fraction), "seed": int(d.get("heldout_test_seed", 0))},
+    }
+
+
 def qmsum_raw_dir(config: dict) -> str:
     return source_raw_dir(config, "qmsum")
 

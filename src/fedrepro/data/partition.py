@@ -153,7 +153,20 @@ def fedmcp_cross_task(
 def fedsumm_clients(
     ids_by_split: Mapping[str, Sequence[str]], num_clients: int, seed: int, corpus: str
 ) -> Manifest:
-    """FedSUMM §IV-A: one corpus split over N clients (each split cut into N near-equal parts)."""
+    """FedSUMM §IV-A: one corpus split over N clients (each split cut into N near-equal parts).
+
+    Every client trains on its train part and is evaluated on its test part, so the corpus must
+    have both splits (a release without a test file gets a held-out one when prepared:
+    ``data.<corpus>.heldout_test_fraction``, see :func:`fedrepro.data.prepare.hold_out_test`).
+    """
+    missing = [s for s in ("train", "test") if not ids_by_split.get(s)]
+    if missing:
+        raise InputError(
+            f"FedSUMM's {corpus} clients need a train and a test split; the prepared {corpus} "
+            f"records have no {' or '.join(missing)} split (splits: {sorted(ids_by_split)}). A raw "
+            f"copy without a test file needs data.{corpus}.heldout_test_fraction (NLPCC2017's "
+            f"download has only train)"
+        )
     out: Manifest = {f"{corpus}-{k + 1:03d}": {} for k in range(num_clients)}
     for split, ids in ids_by_split.items():
         if len(ids) < num_clients:

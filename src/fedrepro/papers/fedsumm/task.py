@@ -196,7 +196,8 @@ def client_split_path(cell: Mapping, client: str, split: str) -> Path:
 @functools.lru_cache(maxsize=64)
 def _records(path: str) -> tuple:
     if not Path(path).is_file():
-        raise InputError(f"{path}: missing; build the client files first (rule client_files)")
+        raise InputError(f"{path}: missing, and so is the client's folder; build the client files "
+                         f"first (rule client_files)")
     out = []
     for i, r in enumerate(read_jsonl(path)):
         for key in ("input", "target"):
@@ -207,7 +208,18 @@ def _records(path: str) -> tuple:
 
 
 def client_records(cell: Mapping, client: str, split: str) -> tuple:
-    return _records(str(client_split_path(cell, client, split)))
+    path = client_split_path(cell, client, split)
+    if not path.is_file() and path.parent.is_dir():  # the client files exist, this split does not
+        have = sorted(p.stem for p in path.parent.glob("*.jsonl"))
+        corpus = cell.get("corpus", "the corpus")
+        raise InputError(
+            f"{path}: client {client!r} has no {split!r} split file (its folder holds {have}): the "
+            f"client split gave it no {split} records because the prepared {corpus} records have no "
+            f"{split} split (see results/data/{corpus}/prepare_report.json, `counts`). NLPCC2017's "
+            f"download has only train: set data.nlpcc2017.heldout_test_fraction to hold out a test "
+            f"split, then rebuild the records, the client split and the client files"
+        )
+    return _records(str(path))
 
 
 def validation_split(cell: Mapping, client: str) -> str:
