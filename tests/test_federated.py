@@ -182,3 +182,71 @@ def test_a_client_error_fails_the_cell_with_the_clients_message(world, tmp_path)
     assert "round 1 failed" in str(err.value)
     assert "train.jsonl:2" in str(err.value)  # the client's own error names file and line
     assert not Path(_outputs(cell)[0]).exists()
+
+
+def _sampled(cell) -> dict[int, list[str]]:
+    """``{round: clients that took part}``, read from the cell's train log."""
+    rounds = json.loads(Path(_outputs(cell)[1]).read_text())["rounds"]
+    return {e["round"]: [cell["clients"][c["partition_id"]] for c in e["clients"]] for e in rounds}
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("method", ["AdaFedSelectKD", "AdaFedKD"])
+def test_sampled_out_clients_keep_their_local_adapter(world, monkeypatch, method):
+    """Issue 12: ``clients_per_round: 2`` of 3 (Fig. 10).  A client trains its local adapter on
+    from its own last participation (W^1 if it has none), keeps it unchanged while sampled out,
+    and ends with the adapter of its last participation; reruns and resumes give the same bytes."""
+    from fedrepro.fl.checkpoint import load_state
+    from fedrepro.papers.adafedseleckd import task as ada_task
+
+    root, folders, backbone = world
+    rounds = 4
+    cell = helpers.make_cell(root, method, backbone, folders, rounds=rounds, out_name=f"sampled-{method}")
+    cell.update(seed=1, clients_per_round=2, engine="inprocess", keep_round_checkpoints=True)
+    starts = {}
+    real = ada_task.local_update
+
+    def spy(model, spec, examples, hp, optimizer, seed, client, round_index, *rest):
+        starts[client, round_index] = OrderedDict(
+            (k, v.detach().cpu().clone()) for k, v in model.adapter_state("local").items())
+        return real(model, spec, examples, hp, optimizer, seed, client, round_index, *rest)
+
+    monkeypatch.setattr(ada_task, "local_update", spy)
+    run_cell(cell, *_outputs(cell))
+    sampled = _sampled(cell)
+    assert sorted(sampled) == list(range(1, rounds + 1))
+    assert all(len(cs) == 2 for cs in sampled.values())
+    assert sorted(starts) == sorted((c, r) for r, cs in sampled.items() for c in cs)
+    took_part = {c: [r for r, cs in sampled.items() if c in cs] for c in cell["clients"]}
+    # the draw (seed 1) covers every case: a client that first trains after round 1, one that
+    # skips a round and comes back, one absent from the last round
+    assert any(rs[0] > 1 for rs in took_part.values())
+    assert any(b - a > 1 for rs in took_part.values() for a, b in zip(rs, rs[1:]))
+    assert any(rs[-1] < rounds for rs in took_part.values())
+    initial = ada_task.initial_state(cell)
+    for (client, r), start in starts.items():
+        before = [p for p in took_part[client] if p < r]
+        expected = load_state(ada_task.client_state_path(cell, client, before[-1])) if before else initial
+        assert _equal(start, expected), (client, r)  # unchanged over the rounds it sat out
+    finals = load_final_adapters(_outputs(cell)[0])
+    for client, rs in took_part.items():
+        files = sorted((Path(cell["out_dir"]) / "clients" / client).glob("local_round_*.safetensors"))
+        assert [int(f.stem.rsplit("_", 1)[1]) for f in files] == rs
+        assert _equal(finals[client], load_state(ada_task.client_state_path(cell, client, rs[-1])))
+    # a client never sampled (here: one more client in the list): W^1 as its local adapter
+    extra = dict(cell, clients=[*cell["clients"], "Late"], eval_clients=["Late"])
+    assert _equal(ada_task.final_states(extra)["Late"], initial)
+    first = [Path(p).read_bytes() for p in _outputs(cell)[:2]]
+    # a run killed after its clients wrote round 4 but before the server's checkpoint resumes
+    checkpoint_paths(cell["out_dir"], rounds)[1].unlink()
+    for p in _outputs(cell):
+        Path(p).unlink()
+    run_cell(cell, *_outputs(cell))
+    assert [Path(p).read_bytes() for p in _outputs(cell)[:2]] == first
+    # and a rerun from scratch gives the same bytes
+    again = dict(cell, out_dir=str(root / f"sampled-{method}-again"), keep_round_checkpoints=False)
+    run_cell(again, *_outputs(again))
+    assert [Path(p).read_bytes() for p in _outputs(again)[:2]] == first

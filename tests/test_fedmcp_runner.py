@@ -193,3 +193,72 @@ def test_exact_parameter_shares_on_roberta_base():
     assert exact_shares("FedLR", {"lora_r": 8})["comm"] == 12 * 2 * 2 * 768 * 8  # q, v: A and B
     assert exact_shares("FedAvg-FT")["param_pct"] == 100.0
     assert exact_shares("Local")["comm"] == 0
+
+
+@pytest.mark.parametrize("method", ["FedMCP", "MOON"])
+def test_sampled_out_clients_keep_their_private_state(world, tmp_path, monkeypatch, method):
+    """Issue 12 for FedMCP: with ``clients_per_round: 2`` of 3, a client's private parts (and MOON's
+    previous model) continue from its own last participation, unchanged while it sits out; a run
+    killed inside a round resumes to the same bits; a never-sampled client ends with its initial
+    private parts and the final global tensors."""
+    import torch
+
+    from fedrepro.fl.cell import run_federated
+    from fedrepro.fl.checkpoint import checkpoint_paths, load_state
+    from fedrepro.papers.fedmcp import task as mcp_task
+
+    def same(a, b):
+        return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+    rounds = 3
+    cell = dict(_cell(world, tmp_path, method, rounds=rounds, name="sampled"), clients_per_round=2)
+    starts, ends = {}, {}
+    real = mcp_task.local_update
+
+    def spy(model, spec, batches, hp, server_state, prev_sent):
+        key = (spy.client, spy.round)
+        starts[key] = (mcp_task.private_state(model), prev_sent)
+        out = real(model, spec, batches, hp, server_state, prev_sent)
+        ends[key] = (mcp_task.private_state(model), {k: v.clone() for k, v in model.shared_state().items()})
+        return out
+
+    real_round = mcp_task.client_train_round
+
+    def round_spy(cell, client, round_index, server_state):
+        spy.client, spy.round = client, round_index
+        return real_round(cell, client, round_index, server_state)
+
+    monkeypatch.setattr(mcp_task, "local_update", spy)
+    monkeypatch.setattr(mcp_task, "client_train_round", round_spy)
+    finals = run_federated(cell)
+    log = [json.loads(checkpoint_paths(cell["out_dir"], r)[1].read_text()) for r in range(1, rounds + 1)]
+    took_part = {c: [e["round"] for e in log if TASKS.index(c) in [x["partition_id"] for x in e["clients"]]]
+                 for c in TASKS}
+    assert all(len(e["clients"]) == 2 for e in log)
+    assert sorted(starts) == sorted((c, r) for c, rs in took_part.items() for r in rs)
+    assert any(b - a > 1 for rs in took_part.values() for a, b in zip(rs, rs[1:]))  # a gap
+    assert any(rs[0] > 1 for rs in took_part.values())  # a late first participation
+    for (client, r), (private, prev_sent) in starts.items():
+        before = [p for p in took_part[client] if p < r]
+        if before:
+            assert same(private, ends[client, before[-1]][0]), (client, r)
+            if method == "MOON":
+                assert same(prev_sent, ends[client, before[-1]][1]), (client, r)
+        else:
+            assert same(private, mcp_task.private_state(mcp_task.build_client_model(cell, client)))
+            assert prev_sent is None
+    for client, rs in took_part.items():
+        private = {f"private.{k}": v for k, v in ends[client, rs[-1]][0].items()}
+        assert same({k: v for k, v in finals[client].items() if k.startswith("private.")}, private)
+    # killed after the clients wrote round 3, before the server's checkpoint: resumes to the same bits
+    checkpoint_paths(cell["out_dir"], rounds)[1].unlink()
+    resumed = run_federated(cell)
+    assert all(same(resumed[c], finals[c]) for c in TASKS)
+    # a never-sampled client: its initial private parts with the final global tensors
+    extra = dict(cell, clients=[*TASKS, "QNLI"], eval_clients=["QNLI"])
+    late = mcp_task.final_states(extra)["QNLI"]
+    fresh = mcp_task.private_state(mcp_task.build_client_model(extra, "QNLI"))
+    assert same({k: v for k, v in late.items() if k.startswith("private.")},
+                {f"private.{k}": v for k, v in fresh.items()})
+    server = load_state(checkpoint_paths(cell["out_dir"], rounds)[0])
+    assert same({k[len("sent."):]: v for k, v in late.items() if k.startswith("sent.")}, server)

@@ -6,6 +6,9 @@ with the same seed gives the same bytes and a killed run resumes from its last f
 * :func:`save_state` / :func:`load_state`: one safetensors file of named tensors (no metadata);
 * ``<cell>/checkpoints/server_round_NNN.{safetensors,json}``: the server's tensors and the round's
   metrics after every round (:func:`checkpoint_paths`, :func:`latest_round`, :func:`round_log`);
+* ``<cell>/clients/<client>/<prefix>NNN.safetensors``: a client's own state after each round it
+  took part in (written by the paper's task; :func:`latest_client_round` finds the one to continue
+  from, :func:`last_participation` reads from the round log which round that is at the end);
 * ``cell_config.json``: the config hash the checkpoints were made under (:func:`prepare_checkpoints`
   discards checkpoints of another config); ``failure.json``: why a run stopped (:func:`read_failure`).
 """
@@ -16,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 from collections import OrderedDict
 from pathlib import Path
@@ -99,3 +103,30 @@ def read_failure(out_dir: str | Path) -> str | None:
     if path.exists():
         return json.dumps(read_json(path))
     return None
+
+
+def latest_client_round(folder: str | Path, prefix: str, upto: int) -> int:
+    """The highest round ``r <= upto`` with a file ``<folder>/<prefix>{r:03d}.safetensors``; 0 if none.
+
+    With partial participation a client's last state can be older than the previous round (it
+    was not sampled since); files of later rounds (left by a run killed inside a round) are
+    ignored, so a resumed round starts from the same state as an uninterrupted one."""
+    best = 0
+    folder = Path(folder)
+    if folder.is_dir():
+        pattern = re.compile(re.escape(prefix) + r"(\d+)\.safetensors")
+        for path in folder.glob(f"{prefix}*.safetensors"):
+            m = pattern.fullmatch(path.name)
+            if m and best < int(m[1]) <= upto:
+                best = int(m[1])
+    return best
+
+
+def last_participation(out_dir: str | Path, clients: list[str], upto: int) -> dict[str, int]:
+    """``{client: the last round <= upto whose round log lists it}`` (0: never sampled), from the
+    server's checkpoints; ``clients`` in partition-id order (``cell['clients']``)."""
+    last = dict.fromkeys(clients, 0)
+    for entry in round_log(out_dir, upto):
+        for c in entry["clients"]:
+            last[clients[int(c["partition_id"])]] = int(entry["round"])
+    return last

@@ -24,7 +24,7 @@ from fedrepro.papers.adafedseleckd.methods import (
 )
 from fedrepro.data.seq2seq import derive_seed, tokenize_records
 from fedrepro.devices import cell_device, configure_torch, cpu_state
-from fedrepro.fl.checkpoint import load_state, save_state
+from fedrepro.fl.checkpoint import last_participation, latest_client_round, load_state, save_state
 from fedrepro.fl.checkpoint import checkpoint_paths, prepare_checkpoints
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
 
@@ -92,8 +92,11 @@ def special_ids(model) -> tuple[int, int]:
     return int(cfg.pad_token_id), int(cfg.decoder_start_token_id)
 
 
+CLIENT_STATE_PREFIX = "local_round_"
+
+
 def client_state_path(cell: dict, client: str, round_index: int) -> Path:
-    return Path(cell["out_dir"]) / "clients" / client / f"local_round_{round_index:03d}.safetensors"
+    return Path(cell["out_dir"]) / "clients" / client / f"{CLIENT_STATE_PREFIX}{round_index:03d}.safetensors"
 
 
 def client_train_round(
@@ -102,24 +105,27 @@ def client_train_round(
     """One federated round on one client (Algorithm 1, lines 4–5 and 11–27).
 
     The server's tensors go into the method's ``server_role`` adapter; for the KD methods the
-    local adapter continues from this client's own state of the previous round (initialised from
-    the server's W^1 in round 1).  Returns the local adapter tensors to send and the metrics.
+    local adapter continues from this client's own state of the last round before
+    ``round_index`` in which it trained -- the previous round with full participation; with
+    ``clients_per_round`` a client keeps its local adapter unchanged over the rounds it is not
+    sampled in -- and starts from W^1 if it has not trained yet (the server's tensors in round 1,
+    :func:`initial_state` when first sampled later).  Returns the local adapter tensors to send
+    and the metrics.
     """
     configure_torch(cell["threads"])
     spec = get_method(cell["method"])
     tokenizer, model = get_model(cell)
     if spec.server_role == "global":
         model.load_adapter_state("global", server_state)
-        if round_index == 1:
+        folder = client_state_path(cell, client, round_index).parent
+        prev = latest_client_round(folder, CLIENT_STATE_PREFIX, round_index - 1) if round_index > 1 else 0
+        if prev:
+            model.load_adapter_state("local", load_state(client_state_path(cell, client, prev)))
+        elif round_index == 1:
             model.load_adapter_state("local", server_state)
-        else:
-            prev = client_state_path(cell, client, round_index - 1)
-            if not prev.exists():
-                raise InputError(
-                    f"{prev}: client {client}'s local adapter of round {round_index - 1} is missing; "
-                    f"delete {Path(cell['out_dir']) / 'checkpoints'} to restart this cell"
-                )
-            model.load_adapter_state("local", load_state(prev))
+        else:  # first sampled after round 1 (partial participation): W^1, as in round 1
+            log.info("client %s: first round %d, local adapter from W^1", client, round_index)
+            model.load_adapter_state("local", initial_state(cell))
     else:
         model.load_adapter_state("local", server_state)
     hp = TrainHParams.from_config(cell["train"])
@@ -196,13 +202,27 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
 
 def final_states(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     """The adapter each evaluated client uses: AdaSingle/AdaCentralized and AdaFedAvg the one
-    trained / aggregated adapter; the KD methods each client's own local adapter."""
+    trained / aggregated adapter; the KD methods each client's own local adapter.
+
+    KD methods with ``clients_per_round``: a client's local adapter after the last round it was
+    sampled in (which round, from the server's round log; its file must exist).  A client never
+    sampled keeps W^1 (:func:`initial_state`) as its local adapter, beside the final global
+    adapter (the last server checkpoint); evaluation decodes through the local adapter only, so
+    that is what is kept for it (docs/decisions.md, AdaFedSelecKD)."""
     spec = get_method(cell["method"])
     rounds = int(cell["train"]["rounds"])
     if not spec.federated or spec.server_role == "local":
         final = load_state(checkpoint_paths(cell["out_dir"], rounds)[0])
         return {c: final for c in cell["eval_clients"]}
-    return {c: load_state(client_state_path(cell, c, rounds)) for c in cell["eval_clients"]}
+    last = last_participation(cell["out_dir"], cell["clients"], rounds)
+    out = {}
+    for c in cell["eval_clients"]:
+        if last.get(c):
+            out[c] = load_state(client_state_path(cell, c, last[c]))
+        else:
+            log.warning("client %s was never sampled: it keeps its initial local adapter W^1", c)
+            out[c] = OrderedDict(sorted(initial_state(cell).items()))
+    return out
 
 
 def parameter_report(cell: dict) -> dict:

@@ -9,7 +9,9 @@ Per client and round (:func:`client_train_round`):
 1. build the client's model: a fresh copy of the frozen encoder wrapped by the method
    (:func:`fedrepro.papers.fedmcp.methods.build_model`); its private parts (private adapter,
    heads g1/g2, LoRA/FT head) are drawn from ``derive_seed(seed, "fedmcp-init", client)`` in
-   round 1 and loaded from the client's own file of the previous round afterwards;
+   the client's first round and loaded afterwards from its own file of the last round it took
+   part in (the previous round with full participation; with ``clients_per_round`` a client
+   keeps its state unchanged over the rounds it is not sampled in);
 2. run :func:`fedmcp_methods.local_update` with the server's average (the shared tensors);
 3. evaluate the model the client now holds on its own test split (accuracy, every round: the
    curve of Fig. 3 and the final number of Table I);
@@ -18,7 +20,9 @@ Per client and round (:func:`client_train_round`):
    shared tensors for aggregation.
 
 Which model is tested (the paper is silent): the model each client holds after its local update
-in the last round -- its private parts with its own locally updated copy of the shared ones.
+in the last round -- its private parts with its own locally updated copy of the shared ones (with
+``clients_per_round``: after the last round it was sampled in; a client never sampled: its
+initial private parts with the final global tensors).
 This is the personalised model FedMCP (and FedRep, MOON, FedMatch) end with, and the same rule
 applies to every method, Local included (docs/decisions.md).
 
@@ -200,8 +204,11 @@ def configure_torch(threads: int) -> None:
     _configure(threads)
 
 
+CLIENT_STATE_PREFIX = "round_"
+
+
 def client_state_path(cell: dict, client: str, round_index: int) -> Path:
-    return Path(cell["out_dir"]) / "clients" / client / f"round_{round_index:03d}.safetensors"
+    return Path(cell["out_dir"]) / "clients" / client / f"{CLIENT_STATE_PREFIX}{round_index:03d}.safetensors"
 
 
 def initial_state(cell: dict) -> OrderedDict[str, torch.Tensor]:
@@ -214,19 +221,16 @@ def client_train_round(
     cell: dict, client: str, round_index: int, server_state: dict[str, torch.Tensor]
 ) -> tuple[OrderedDict[str, torch.Tensor], dict]:
     """One client round (FedMCP Algorithm 1, LocalUpdate, or the method's equivalent)."""
-    from fedrepro.fl.checkpoint import load_state, save_state
+    from fedrepro.fl.checkpoint import latest_client_round, load_state, save_state
 
     configure_torch(cell["threads"])
     spec = get_method(cell["method"])
     model = build_client_model(cell, client)
     prev_sent = None
-    if round_index > 1:
-        prev = client_state_path(cell, client, round_index - 1)
-        if not prev.exists():
-            raise InputError(
-                f"{prev}: client {client}'s state of round {round_index - 1} is missing; "
-                f"delete {Path(cell['out_dir']) / 'checkpoints'} to restart this cell"
-            )
+    folder = client_state_path(cell, client, round_index).parent
+    prev_round = latest_client_round(folder, CLIENT_STATE_PREFIX, round_index - 1) if round_index > 1 else 0
+    if prev_round:  # else: the client's first round (round 1, or first sampled later)
+        prev = client_state_path(cell, client, prev_round)
         saved = load_state(prev)
         load_private_state(
             model, {k[len("private."):]: v for k, v in saved.items() if k.startswith("private.")}, str(prev)
@@ -262,9 +266,12 @@ def client_train_round(
     state = OrderedDict([(f"sent.{k}", v) for k, v in sent.items()]
                         + [(f"private.{k}", v) for k, v in cpu_state(private_state(model)).items()])
     save_state(client_state_path(cell, client, round_index), state)
-    old = client_state_path(cell, client, round_index - 2)
-    if round_index > 2 and old.exists() and not cell.get("keep_round_checkpoints", False):
-        old.unlink()  # a resume needs only the previous round's file
+    if prev_round > 1 and not cell.get("keep_round_checkpoints", False):
+        # a resume of this round needs only the file it started from (prev_round)
+        for r in range(1, prev_round):
+            old = client_state_path(cell, client, r)
+            if old.exists():
+                old.unlink()
     return sent, out
 
 
@@ -296,10 +303,25 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
 
 
 def final_states(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
-    from fedrepro.fl.checkpoint import load_state
+    """Each evaluated client's file of the last round it took part in (every round with full
+    participation; with ``clients_per_round``, which round is read from the server's round log).
+    A client never sampled: its initial private parts (as drawn for its first round) with the
+    final global tensors (the last server checkpoint) as its shared ones (docs/decisions.md)."""
+    from fedrepro.fl.checkpoint import checkpoint_paths, last_participation, load_state
 
     rounds = int(cell["train"]["rounds"])
-    return {c: load_state(client_state_path(cell, c, rounds)) for c in cell["eval_clients"]}
+    last = last_participation(cell["out_dir"], cell["clients"], rounds)
+    out = {}
+    for c in cell["eval_clients"]:
+        if last.get(c):
+            out[c] = load_state(client_state_path(cell, c, last[c]))
+            continue
+        log.warning("client %s was never sampled: initial private parts, final global tensors", c)
+        server = load_state(checkpoint_paths(cell["out_dir"], rounds)[0])
+        private = cpu_state(private_state(build_client_model(cell, c)))
+        out[c] = OrderedDict(sorted([(f"sent.{k}", v) for k, v in server.items()]
+                                    + [(f"private.{k}", v) for k, v in private.items()]))
+    return out
 
 
 def parameter_report(cell: dict) -> dict:
