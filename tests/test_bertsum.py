@@ -277,3 +277,38 @@ def test_encoder_class_is_transformers_bert(tiny_backbone):
     _, model = load_bertsum(tiny_backbone)
     assert type(model.representation.encoder).__name__ == "BertModel"
     assert isinstance(model, BertSumExt)
+
+
+_TRAIN_IN_A_FRESH_PROCESS = """
+import hashlib, sys
+from fedrepro.papers.fedsum.model import train_wordpiece_tokenizer
+texts = [f"the {w} committee discussed {w}s and budgets; members agreed on item {i}"
+         for i, w in enumerate(["motion", "notion", "station", "ration", "nation", "lotion"] * 5)]
+train_wordpiece_tokenizer(texts, 120, sys.argv[1])
+print(hashlib.sha256(open(sys.argv[1] + "/tokenizer.json", "rb").read()).hexdigest())
+"""
+
+
+def test_wordpiece_tokenizer_is_the_same_in_every_process(tmp_path):
+    """Same texts, same tokenizer bytes across processes (the library trainer's hash-map order
+    made each process learn another vocabulary, and so other FedSum numbers)."""
+    import subprocess
+    import sys
+
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", _TRAIN_IN_A_FRESH_PROCESS, str(tmp_path / f"tok{i}")],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout.strip()
+        for i in range(3)
+    }
+    assert len(digests) == 1
+
+
+def test_wordpiece_vocab_covers_every_word_without_unk():
+    from fedrepro.papers.fedsum.model import BERT_SPECIAL_TOKENS, wordpiece_vocab
+
+    vocab = wordpiece_vocab(["Zebras zig-zag; the zebra's ZIGZAG.", "the the the"], 40)
+    assert vocab[: len(BERT_SPECIAL_TOKENS)] == BERT_SPECIAL_TOKENS
+    assert len(vocab) == len(set(vocab)) == 40
+    assert {"z", "t", "##e", "##s", "the"} <= set(vocab)

@@ -81,27 +81,62 @@ TINY_BERT_DEFAULTS = {
 
 
 # -- backbone folders ------------------------------------------------------------------------------
+def wordpiece_vocab(texts: Iterable[str], vocab_size: int) -> list[str]:
+    """A WordPiece vocabulary learnt from ``texts``, the same list in every process.
+
+    Hand-written because the ``tokenizers`` WordPiece trainer is not deterministic: its ``##``
+    continuation pieces get ids in hash-map order, so merges with equal counts are taken in a
+    different order in each process (four runs on the demo's FedSum text gave four different
+    vocabularies), and the demo's BERT backbone -- and every FedSum number after it -- changed from
+    run to run. Words are split exactly as bert-base-uncased's tokenizer splits them
+    (``BertNormalizer(lowercase)``, ``BertPreTokenizer``); the vocabulary is the special tokens,
+    every word-initial character and every ``##`` continuation character (so any word
+    tokenizes without ``[UNK]``), then whole words, word beginnings and ``##`` word endings by
+    how many word occurrences they cover (ties: alphabetical) up to ``vocab_size``.
+    """
+    from collections import Counter
+
+    from tokenizers import normalizers, pre_tokenizers
+
+    norm = normalizers.BertNormalizer(lowercase=True)
+    pre = pre_tokenizers.BertPreTokenizer()
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(w for w, _ in pre.pre_tokenize_str(norm.normalize_str(text)))
+    initial = sorted({w[0] for w in counts})
+    continuation = sorted({"##" + c for w in counts for c in w[1:]})
+    vocab = list(dict.fromkeys([*BERT_SPECIAL_TOKENS, *initial, *continuation]))
+    pieces: Counter[str] = Counter()
+    for word, n in counts.items():
+        pieces[word] += n
+        for k in range(2, len(word)):
+            pieces[word[:k]] += n  # a word's beginning
+            pieces["##" + word[k:]] += n  # the rest of it, as a continuation piece
+    known = set(vocab)
+    for piece, _ in sorted(pieces.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(vocab) >= vocab_size:
+            break
+        if piece not in known:
+            vocab.append(piece)
+            known.add(piece)
+    return vocab
+
+
 def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike):
     """Train an uncased WordPiece tokenizer on ``texts`` and save it as ``BertTokenizerFast``.
 
     The pipeline is bert-base-uncased's (``BertNormalizer(lowercase)``, ``BertPreTokenizer``,
     WordPiece with ``##`` continuation, ``[CLS] … [SEP]`` template), so the saved folder loads with
-    ``AutoTokenizer.from_pretrained`` exactly like the real checkpoint's.
+    ``AutoTokenizer.from_pretrained`` exactly like the real checkpoint's. The vocabulary is
+    :func:`wordpiece_vocab` (deterministic: same texts, same tokenizer bytes).
     """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertTokenizerFast
 
     texts = [t for t in texts if t and t.strip()]
     if not texts:
         raise InputError("train_wordpiece_tokenizer: no non-empty training text given")
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=int(vocab_size), special_tokens=BERT_SPECIAL_TOKENS, show_progress=False
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    bert_tok = BertTokenizerFast(vocab=tok.get_vocab(), do_lower_case=True)
+    vocab = wordpiece_vocab(texts, int(vocab_size))
+    bert_tok = BertTokenizerFast(vocab={tok: i for i, tok in enumerate(vocab)}, do_lower_case=True)
     bert_tok.save_pretrained(out_dir)
     return bert_tok
 
