@@ -14,6 +14,14 @@ from fedrepro.models.backbones import (
     load_backbone,
     prepare_backbone,
 )
+from fedrepro.models.shapes import (
+    ARCHITECTURES,
+    SHAPE_NOTE,
+    architecture,
+    build_shape_model,
+    check_tokenizer,
+    shape_config,
+)
 from fedrepro.grid import backbone_settings
 
 
@@ -108,3 +116,175 @@ def test_local_dir_backbone_links_a_saved_model(tmp_path):
     bad = dict(settings, local_dir=str(tmp_path))
     with pytest.raises(InputError, match="holds no config.json"):
         prepare_backbone(bad, [], tmp_path / "x")
+
+
+# -- kind: shape -------------------------------------------------------------------------------
+
+# The parameter count of each checkpoint's class (tied weights once), asserted three ways: the
+# registry's figure, a meta-device build of the description, and the arithmetic below.  Where a
+# published figure exists it is the same number: bart-large 406,291,456 and bart-base 139,420,416
+# (the counts HF's BART docs/model cards round to 406M/139M), roberta-base RobertaForMaskedLM
+# 124,697,433, bert-base-uncased BertModel 109,482,240 with pooler ("110M", Devlin et al.) and
+# 108,891,648 without, led-large-16384 459,801,600 ("460M").  fnlp/bart-base-chinese v1
+# 116,256,768 has the arithmetic only.
+KNOWN_PARAMETERS = {
+    "facebook/bart-large": 406_291_456,
+    "facebook/bart-base": 139_420_416,
+    "allenai/led-large-16384": 459_801_600,
+    "FacebookAI/roberta-base": 124_697_433,
+    "google-bert/bert-base-uncased": 109_482_240,
+    "fnlp/bart-base-chinese": 116_256_768,
+}
+
+
+def arithmetic_parameters(cfg: dict, model_class: str) -> int:
+    """Parameters counted by hand from the config (independent of transformers' code)."""
+
+    def lin(i, o):
+        return i * o + o
+
+    def ln(d):
+        return 2 * d
+
+    if cfg["model_type"] in ("bart", "led"):
+        d, v = cfg["d_model"], cfg["vocab_size"]
+        if cfg["model_type"] == "bart":  # learned positions with an offset of 2
+            pos = 2 * (cfg["max_position_embeddings"] + 2) * d
+            enc_attn = 4 * lin(d, d)  # q, k, v, out
+        else:  # LED: no offset; encoder self-attention adds global q, k, v
+            pos = (cfg["max_encoder_position_embeddings"] + cfg["max_decoder_position_embeddings"]) * d
+            enc_attn = 7 * lin(d, d)
+        ffn = lin(d, cfg["encoder_ffn_dim"]) + lin(cfg["encoder_ffn_dim"], d)
+        enc_layer = enc_attn + ln(d) + ffn + ln(d)
+        dec_layer = 4 * lin(d, d) + ln(d) + 4 * lin(d, d) + ln(d) + ffn + ln(d)
+        # shared embedding (LM head tied to it; final_logits_bias is a buffer), embedding norms
+        return (v * d + pos + 2 * ln(d) + cfg["encoder_layers"] * enc_layer
+                + cfg["decoder_layers"] * dec_layer)
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    emb = (v + cfg["max_position_embeddings"] + cfg["type_vocab_size"]) * h + ln(h)
+    layer = 4 * lin(h, h) + ln(h) + lin(h, i) + lin(i, h) + ln(h)
+    encoder = emb + cfg["num_hidden_layers"] * layer
+    if model_class == "BertModel":
+        return encoder + lin(h, h)  # + pooler
+    assert model_class == "RobertaForMaskedLM"
+    return encoder + lin(h, h) + ln(h) + v  # LM head: dense, norm, bias (decoder tied)
+
+
+@pytest.mark.parametrize("hub_id", sorted(KNOWN_PARAMETERS))
+def test_shape_description_has_the_checkpoints_exact_parameter_count(hub_id):
+    arch = architecture(hub_id)
+    with torch.device("meta"):
+        model = build_shape_model(arch)
+    n = sum(p.numel() for p in model.parameters())
+    assert n == arch.parameters == KNOWN_PARAMETERS[hub_id]
+    assert arithmetic_parameters(dict(arch.config), arch.model_class) == n
+    assert type(model).__name__ == arch.model_class
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_shape_descriptions_cover_every_paper_backbone_with_true_dimensions():
+    assert {s.hub_id for s in BACKBONES.values()} <= set(ARCHITECTURES)
+    assert set(KNOWN_PARAMETERS) == set(ARCHITECTURES)
+    for spec in BACKBONES.values():
+        assert architecture(spec.hub_id).model_class == spec.model_class
+    large = shape_config(architecture("facebook/bart-large"))
+    assert (large.d_model, large.encoder_layers, large.decoder_layers, large.encoder_attention_heads,
+            large.encoder_ffn_dim, large.vocab_size, large.max_position_embeddings) == (
+        1024, 12, 12, 16, 4096, 50265, 1024)
+    led = shape_config(architecture("allenai/led-large-16384"))
+    assert (led.max_encoder_position_embeddings, led.max_decoder_position_embeddings) == (16384, 1024)
+    assert list(led.attention_window) == [1024] * 12
+    rob = shape_config(architecture("FacebookAI/roberta-base"))
+    assert (rob.max_position_embeddings, rob.type_vocab_size, rob.pad_token_id) == (514, 1, 1)
+    # BERTSUM loads the encoder without pooler: the other well-known bert-base figure
+    from transformers import BertModel
+
+    with torch.device("meta"):
+        enc = BertModel(shape_config(architecture("google-bert/bert-base-uncased")),
+                        add_pooling_layer=False)
+    assert sum(p.numel() for p in enc.parameters()) == 108_891_648
+    with pytest.raises(InputError, match="architecture description of 'org/unknown'"):
+        architecture("org/unknown")
+
+
+def test_shape_kind_in_settings_schema_and_workflow_inputs():
+    from pathlib import Path
+
+    import yaml
+
+    from fedrepro.config import validate_config
+    from fedrepro.grid import backbone_train_files
+
+    root = Path(__file__).resolve().parents[1]
+    paper = yaml.safe_load((root / "config" / "paper.yaml").read_text())
+    for name in ("bart-large", "bert-base"):
+        paper["backbones"][name]["kind"] = "shape"
+    paper["fedsumm"]["backbone"]["kind"] = "shape"
+    validate_config(paper, root / "config" / "schema.yaml")
+
+    cfg = {"backbones": {"bart-large": {"kind": "shape"}, "roberta-base": {"kind": "shape"}}}
+    assert backbone_settings(cfg, "bart-large")["kind"] == "shape"
+    assert backbone_train_files(cfg, "bart-large") == ["results/data/qmsum/records.jsonl"]
+    assert backbone_train_files(cfg, "roberta-base") == ["results/data/glue/records.jsonl"]
+    assert backbone_train_files({"backbones": {"bart-large": {"kind": "hub"}}}, "bart-large") == []
+    with pytest.raises(InputError, match="'hub', 'tiny' or 'shape'"):
+        backbone_settings({"backbones": {"bart-large": {"kind": "huge"}}}, "bart-large")
+
+
+def test_shape_tokenizer_special_ids_are_checked_against_the_real_config(tmp_path):
+    from fedrepro.models.backbones import train_tokenizer
+
+    tok = train_tokenizer(["the remote is late .", "we discussed the budget ."], 300, tmp_path)
+    for hub_id in ("facebook/bart-large", "allenai/led-large-16384", "FacebookAI/roberta-base"):
+        check_tokenizer(architecture(hub_id), tok)  # <pad> 1, <s> 0, </s> 2 = decoder start
+    with pytest.raises(RuntimeError, match="pad id 1 != config.json pad_token_id 0"):
+        check_tokenizer(architecture("google-bert/bert-base-uncased"), tok)
+
+
+def test_shape_backbone_real_build_loads_and_runs_a_forward_pass(tmp_path, caplog):
+    """roberta-base (the smallest of the shared registry) at true size through prepare_backbone,
+    loaded with FedMCP's loader; ~10 s, ~1 GB."""
+    import json
+    import logging
+
+    from fedrepro.models.backbones import load_encoder
+
+    settings = backbone_settings({"backbones": {"roberta-base": {"kind": "shape"}}}, "roberta-base")
+    texts = ["the remote control is late .", "we discussed the budget of the project ."] * 10
+    with caplog.at_level(logging.WARNING, logger="fedrepro.models.shapes"):
+        out = prepare_backbone(settings, texts, tmp_path / "roberta-base", seed=1)
+    assert any("FacebookAI/roberta-base not fetched" in r.getMessage()
+               and "true dimensions with random weights" in r.getMessage() for r in caplog.records)
+    meta = json.loads((out / "fedrepro_backbone.json").read_text())
+    assert meta["kind"] == "shape" and meta["hub_id"] == "FacebookAI/roberta-base"
+    assert meta["weights"] == SHAPE_NOTE and meta["parameters"] == 124_697_433
+    assert (out / "model.safetensors").is_file()
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["RobertaForMaskedLM"]
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]) == (768, 12, 50265)
+
+    encoder = load_encoder(out)
+    assert sum(p.numel() for p in encoder.parameters()) == 124_645_632  # + fresh pooler
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)
+    assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id) == (0, 1, 2)
+    assert len(tok) <= 50265
+    batch = tok(["the remote is late .", "the budget ."], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = encoder(**batch).last_hidden_state
+    assert hidden.shape == (2, batch["input_ids"].shape[1], 768)
+    assert torch.isfinite(hidden).all()
+
+
+def test_load_backbone_loads_a_hub_folder_naming_bare_bart_model_as_the_generation_class(tmp_path):
+    """facebook/bart-{base,large}'s config.json names ``BartModel`` (so does a shape folder)."""
+    import json
+
+    path = helpers.make_backbone(tmp_path, name="bart-large")
+    cfg_path = tmp_path / "backbone" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["architectures"] = ["BartModel"]
+    cfg_path.write_text(json.dumps(cfg))
+    _, model = load_backbone(path)
+    assert type(model).__name__ == "BartForConditionalGeneration"

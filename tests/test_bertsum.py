@@ -312,3 +312,58 @@ def test_wordpiece_vocab_covers_every_word_without_unk():
     assert vocab[: len(BERT_SPECIAL_TOKENS)] == BERT_SPECIAL_TOKENS
     assert len(vocab) == len(set(vocab)) == 40
     assert {"z", "t", "##e", "##s", "the"} <= set(vocab)
+
+
+# -- kind: shape ---------------------------------------------------------------------------------
+def _small_shape_model(arch, seed=0):
+    """The description's BertModel with small widths (vocabulary and special ids kept): the
+    dispatch and folder layout without a 440 MB build (the true-size build and its exact
+    parameter count are tested in test_backbones.py)."""
+    from transformers import BertModel
+
+    from fedrepro.models.shapes import shape_config
+
+    cfg = shape_config(arch)
+    cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads = 16, 1, 2
+    cfg.intermediate_size = 32
+    torch.manual_seed(seed)
+    return BertModel(cfg, add_pooling_layer=True)
+
+
+def test_shape_bert_vocabulary_has_the_real_special_ids_and_size():
+    from fedrepro.papers.fedsum.model import bert_hub_layout, wordpiece_vocab
+
+    texts = [r["input"] for r in records()]
+    vocab = bert_hub_layout(wordpiece_vocab(texts, 30522), 30522)
+    assert len(vocab) == len(set(vocab)) == 30522
+    assert [vocab.index(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [
+        0, 100, 101, 102, 103]  # bert-base-uncased's vocab.txt
+    tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    ids = tok("The cat sat on the mat.")["input_ids"]
+    assert ids[0] == 101 and ids[-1] == 102 and 100 not in ids
+    assert tok("[unused150]")["input_ids"][1] != vocab.index("[unused150]")  # fillers never match
+
+
+def test_prepare_bert_backbone_shape(tmp_path, monkeypatch):
+    import json
+
+    from fedrepro.models import shapes
+    from fedrepro.papers.fedsum.grid import bert_settings, bert_train_files
+    from fedrepro.papers.fedsum.task import prepare_bert_backbone
+
+    cfg = {"fedsum": {"datasets": ["cnndm"]}, "backbones": {"bert-base": {"kind": "shape"}}}
+    settings = bert_settings(cfg)
+    assert settings["kind"] == "shape" and settings["hub_id"] == BERT_HUB_ID
+    assert bert_train_files(cfg) == ["results/data/cnndm/records.jsonl"]
+    with pytest.raises(InputError, match="'hub', 'tiny' or 'shape'"):
+        bert_settings({"backbones": {"bert-base": {"kind": "huge"}}})
+    data = tmp_path / "records.jsonl"
+    write_jsonl_atomic(data, [dict(r, split="train") for r in records()])
+    monkeypatch.setattr(shapes, "build_shape_model", _small_shape_model)
+    out = prepare_bert_backbone(dict(settings), [str(data)], str(tmp_path / "bert-base"))
+    meta = json.loads((out / "fedrepro_backbone.json").read_text())
+    assert (meta["kind"], meta["hub_id"], meta["weights"]) == ("shape", BERT_HUB_ID, shapes.SHAPE_NOTE)
+    tok, model = load_bertsum(out)
+    assert len(tok) == model.representation.encoder.config.vocab_size == 30522
+    assert (tok.pad_token_id, tok.cls_token_id, tok.sep_token_id) == (0, 101, 102)
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]

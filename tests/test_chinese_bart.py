@@ -126,3 +126,57 @@ def test_join_tokens():
         join_tokens(["我", "们", "2", "##0", "##1", "##0", "年", "hello", "world"])
         == "我们2010年hello world"
     )
+
+
+# -- kind: shape ---------------------------------------------------------------------------------
+def test_shape_char_vocabulary_has_the_real_special_ids_and_size():
+    from fedrepro.papers.fedsumm.bart import hub_char_vocab
+
+    vocab = hub_char_vocab(TEXTS, 21128)
+    assert len(vocab) == len(set(vocab)) == 21128
+    # bert-base-chinese's vocab.txt, which fnlp/bart-base-chinese v1 ships
+    assert [vocab.index(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [
+        0, 100, 101, 102, 103]
+    assert "诊" in vocab and "##0" in vocab
+
+
+def test_prepare_shape_chinese_bart(tmp_path, monkeypatch):
+    """The description of the pinned v1 revision, built small (widths only; vocabulary, positions
+    and special ids kept) to test the folder; the true size is counted in test_backbones.py."""
+    import json
+
+    from fedrepro.models import shapes
+    from fedrepro.models.shapes import architecture, shape_config
+
+    arch = architecture(CHINESE_BART_HUB_ID)
+    assert arch.revision == CHINESE_BART_REVISION  # the description is of the pinned revision
+    assert (arch.config["vocab_size"], arch.config["max_position_embeddings"]) == (21128, 512)
+
+    def small(arch, seed=0):
+        from transformers import BartForConditionalGeneration
+
+        cfg = shape_config(arch)
+        cfg.d_model, cfg.encoder_layers, cfg.decoder_layers = 16, 1, 1
+        cfg.encoder_attention_heads = cfg.decoder_attention_heads = 2
+        cfg.encoder_ffn_dim = cfg.decoder_ffn_dim = 32
+        torch.manual_seed(seed)
+        return BartForConditionalGeneration(cfg)
+
+    monkeypatch.setattr(shapes, "build_shape_model", small)
+    out = prepare_chinese_bart({"kind": "shape"}, TEXTS, tmp_path / "shape")
+    meta = json.loads((out / "fedrepro_backbone.json").read_text())
+    assert (meta["kind"], meta["hub_id"], meta["revision"]) == (
+        "shape", CHINESE_BART_HUB_ID, CHINESE_BART_REVISION)
+    tok, model = load_chinese_bart(out)
+    assert len(tok) == model.config.vocab_size == 21128
+    assert (tok.pad_token_id, tok.cls_token_id, tok.sep_token_id) == (0, 101, 102)
+    assert (model.config.bos_token_id, model.config.eos_token_id,
+            model.config.decoder_start_token_id) == (101, 102, 102)
+    ids = torch.tensor([tok("诊断方法")["input_ids"]])
+    with torch.no_grad():
+        logits = model(input_ids=ids, decoder_input_ids=ids).logits
+    assert logits.shape == (1, ids.shape[1], 21128)
+    with pytest.raises(InputError, match="no architecture description"):
+        prepare_chinese_bart({"kind": "shape", "revision": "main"}, TEXTS, tmp_path / "v2")
+    with pytest.raises(InputError, match="'tiny', 'hub' or 'shape'"):
+        prepare_chinese_bart({"kind": "huge"}, TEXTS, tmp_path / "z")

@@ -36,9 +36,10 @@ def backbone_settings(config: dict, name: str) -> dict:
         "max_source_length": spec.max_source_length,
     }
     merged.update(user)
-    if merged["kind"] not in ("hub", "tiny"):
+    if merged["kind"] not in ("hub", "tiny", "shape"):
         raise InputError(
-            f"config key backbones.{name}.kind must be 'hub' or 'tiny', got {merged['kind']!r}"
+            f"config key backbones.{name}.kind must be 'hub', 'tiny' or 'shape', "
+            f"got {merged['kind']!r}"
         )
     if merged["kind"] == "tiny" and not merged.get("tiny"):
         raise InputError(f"config key backbones.{name}.tiny is required when kind is 'tiny'")
@@ -124,8 +125,9 @@ def setting_seeds(config: dict) -> list[int]:
 
 
 def backbone_train_files(config: dict, backbone: str) -> list[str]:
-    """Text a tiny backbone learns its vocabulary (and warm-up) from; none for a hub backbone."""
-    if backbone_settings(config, backbone)["kind"] != "tiny":
+    """Text a tiny backbone learns its vocabulary (and warm-up) from, and a shape backbone its
+    tokenizer; none for a hub backbone."""
+    if backbone_settings(config, backbone)["kind"] not in ("tiny", "shape"):
         return []
     if get_spec(backbone).model_class == "RobertaForMaskedLM":
         return [f"{RESULTS}/data/glue/records.jsonl"]

@@ -5,6 +5,8 @@ directory.  At paper scale that directory is a hub snapshot made by :func:`downl
 at demo scale it is written by :func:`build_tiny_backbone` (a tokenizer trained locally with
 ``tokenizers`` on the sample training text, and a randomly initialised model of the paper
 backbone's class with a small config, optionally warmed up by :mod:`fedrepro.models.pretrain`).
+For a rehearsal of the paper grid where a checkpoint cannot be fetched, :func:`build_shape_backbone`
+writes it at its true dimensions with random weights (``kind: shape``, :mod:`fedrepro.models.shapes`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ BACKBONES: dict[str, BackboneSpec] = {
 
 ENCODER_CLASSES = {"RobertaForMaskedLM": "RobertaModel"}
 """Checkpoint class -> the bare encoder class the methods load from the same folder."""
+
+GENERATION_CLASSES = {
+    "BartModel": "BartForConditionalGeneration",
+    "LEDModel": "LEDForConditionalGeneration",
+}
+"""Bare seq2seq class a hub ``config.json`` may name -> the class :func:`load_backbone` loads
+(facebook/bart-large and bart-base name ``BartModel``; the LM head is tied to the embeddings)."""
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # BART's ids 0..4
 
@@ -258,6 +267,39 @@ def build_tiny_backbone(
     return out_dir
 
 
+def build_shape_backbone(
+    spec: BackboneSpec,
+    texts: Sequence[str],
+    out_dir: str | os.PathLike,
+    hub_id: str | None = None,
+    seed: int = 0,
+) -> Path:
+    """Write a ``kind: shape`` backbone folder: ``hub_id``'s architecture
+    (:data:`fedrepro.models.shapes.ARCHITECTURES`; default ``spec.hub_id``) at its true dimensions
+    with random weights, and a byte-level BPE tokenizer trained locally on (the first
+    :data:`~fedrepro.models.shapes.SHAPE_TOKENIZER_MAX_CHARS` characters of) ``texts``, with the
+    tiny path's special tokens -- ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3 as in the real
+    vocabulary (``<mask>`` is 4, the real one 50,264) -- and at most the model's vocabulary size.
+    Shapes, memory and speed only, not results.
+    """
+    from fedrepro.models.shapes import architecture, capped_texts, write_shape_backbone
+
+    arch = architecture(hub_id or spec.hub_id, f"backbones.{spec.name}.hub_id")
+    if arch.model_class != spec.model_class:
+        raise InputError(
+            f"backbones.{spec.name}: {arch.hub_id} is a {arch.model_class}, the backbone a "
+            f"{spec.model_class}"
+        )
+    tokenizer_texts = capped_texts(texts)
+    if not tokenizer_texts:
+        raise InputError(f"backbones.{spec.name}: no training text to train the tokenizer on")
+
+    def write_tokenizer(tmp: Path):
+        return train_tokenizer(tokenizer_texts, int(arch.config["vocab_size"]), tmp)
+
+    return write_shape_backbone(arch, out_dir, write_tokenizer, spec.name, seed)
+
+
 def _encoder_kwargs(tokenizer, tiny: dict) -> dict:
     """A small ``RobertaConfig`` with roberta-base's conventions (positions offset by pad id + 1,
     one token type, LayerNorm eps 1e-5; the tokenizer's ids <s>=0, <pad>=1, </s>=2 as RoBERTa's)."""
@@ -337,6 +379,7 @@ def load_backbone(path: str | os.PathLike):
     arch = (config.architectures or [None])[0]
     if arch is None:
         raise InputError(f"{path}/config.json names no architecture")
+    arch = GENERATION_CLASSES.get(arch, arch)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = model_class(arch).from_pretrained(path)
     return tokenizer, model
@@ -352,11 +395,14 @@ def prepare_backbone(
     """Make ``out_dir`` a loadable backbone folder, per ``settings`` (see workflow.backbone_settings).
 
     ``kind: tiny`` builds the demo model; ``kind: hub`` links a user's local copy
-    (``local_dir``) or downloads ``hub_id`` at ``revision``.
+    (``local_dir``) or downloads ``hub_id`` at ``revision``; ``kind: shape`` builds ``hub_id``'s
+    architecture at its true dimensions with random weights (:func:`build_shape_backbone`).
     """
     spec = get_spec(settings["name"])
     if settings["kind"] == "tiny":
         return build_tiny_backbone(spec, texts, out_dir, settings["tiny"], seed, warmup_texts)
+    if settings["kind"] == "shape":
+        return build_shape_backbone(spec, texts, out_dir, settings.get("hub_id"), seed)
     return hub_snapshot(
         out_dir,
         settings["hub_id"],
@@ -367,7 +413,8 @@ def prepare_backbone(
 
 
 def prepare_backbone_from_files(settings: dict, train_files: Sequence[str], out_dir: str) -> Path:
-    """Workflow entry for a tiny backbone.
+    """Workflow entry for a tiny or shape backbone (a shape backbone only trains its tokenizer
+    on the texts below, see :func:`build_shape_backbone`).
 
     Summarization records (``input``/``target``): the tokenizer learns its vocabulary from the
     training inputs *and* targets, the denoising warm-up sees the training *inputs* only (never

@@ -336,9 +336,10 @@ def bert_settings(config: dict) -> dict:
         "local_dir": None,
         **user,
     }
-    if merged["kind"] not in ("hub", "tiny"):
+    if merged["kind"] not in ("hub", "tiny", "shape"):
         raise InputError(
-            f"config key backbones.{BACKBONE}.kind must be 'hub' or 'tiny', got {merged['kind']!r}"
+            f"config key backbones.{BACKBONE}.kind must be 'hub', 'tiny' or 'shape', "
+            f"got {merged['kind']!r}"
         )
     if merged["kind"] == "tiny" and not merged.get("tiny"):
         raise InputError(f"config key backbones.{BACKBONE}.tiny is required when kind is 'tiny'")
@@ -346,9 +347,9 @@ def bert_settings(config: dict) -> dict:
 
 
 def bert_train_files(config: dict) -> list[str]:
-    """Text the tiny BERT's WordPiece vocabulary is trained on (the FedSum datasets' training
-    records); none for the hub checkpoint."""
-    if bert_settings(config)["kind"] != "tiny":
+    """Text the tiny (or shape) BERT's WordPiece vocabulary is trained on (the FedSum datasets'
+    training records); none for the hub checkpoint."""
+    if bert_settings(config)["kind"] not in ("tiny", "shape"):
         return []
     return [f"{RESULTS}/data/{ds}/records.jsonl" for ds in fedsum_cfg(config)["datasets"]]
 

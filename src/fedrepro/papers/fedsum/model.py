@@ -193,6 +193,52 @@ def build_tiny_bert_backbone(
     return out_dir
 
 
+def bert_hub_layout(vocab: Sequence[str], vocab_size: int) -> list[str]:
+    """``vocab`` (a :func:`wordpiece_vocab`) rearranged as bert-base-uncased's ``vocab.txt``:
+    ``[PAD]`` 0, ``[unused0]``..``[unused98]`` 1-99, ``[UNK]`` 100, ``[CLS]`` 101, ``[SEP]`` 102,
+    ``[MASK]`` 103, then the learnt entries, then ``[unused99]``, ``[unused100]``, ... filling it
+    to exactly ``vocab_size`` entries (they never match text: BERT's pre-tokenizer splits
+    brackets off).  Entries beyond ``vocab_size`` are dropped."""
+    learnt = [t for t in vocab if t not in BERT_SPECIAL_TOKENS]
+    head = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    body = [t for t in learnt if t not in set(head)][: max(vocab_size - len(head), 0)]
+    fill = vocab_size - len(head) - len(body)
+    return head + body + [f"[unused{99 + i}]" for i in range(fill)]
+
+
+def build_shape_bert_backbone(
+    texts: Sequence[str],
+    out_dir: str | os.PathLike,
+    hub_id: str = BERT_HUB_ID,
+    seed: int = 0,
+) -> Path:
+    """Write a ``kind: shape`` BERT folder: ``hub_id``'s architecture (the registry's
+    description, :data:`fedrepro.models.shapes.ARCHITECTURES`) at its true dimensions with random
+    weights (a ``BertModel`` with pooler, 109,482,240 parameters for bert-base-uncased), and an
+    uncased WordPiece tokenizer learnt from (the first characters of) ``texts`` laid out as the
+    real ``vocab.txt`` (:func:`bert_hub_layout`: the special tokens at their real ids, exactly the
+    model's vocabulary size).  Shapes, memory and speed only, not results."""
+    from transformers import BertTokenizerFast
+
+    from fedrepro.models.shapes import architecture, capped_texts, write_shape_backbone
+
+    arch = architecture(hub_id, "backbones.bert-base.hub_id")
+    if arch.config["model_type"] != "bert":
+        raise InputError(f"backbones.bert-base.hub_id: {hub_id} is not a BERT checkpoint")
+    texts = capped_texts(texts)
+    if not texts:
+        raise InputError("backbones.bert-base: no training text to learn the tokenizer from")
+    size = int(arch.config["vocab_size"])
+
+    def write_tokenizer(tmp: Path):
+        vocab = bert_hub_layout(wordpiece_vocab(texts, size), size)
+        tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+        tok.save_pretrained(tmp)
+        return tok
+
+    return write_shape_backbone(arch, out_dir, write_tokenizer, "bert-base", seed)
+
+
 def download_bert_backbone(
     dest: str | os.PathLike,
     hub_id: str = BERT_HUB_ID,

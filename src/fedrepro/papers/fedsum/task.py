@@ -788,7 +788,9 @@ def prepare_bert_backbone(settings: Mapping, train_files: list[str], out_dir: st
     """BERTSUM's backbone folder (rule ``fedsum_backbone``): ``kind: tiny`` -- a WordPiece
     tokenizer trained on the training records' documents and summaries of the FedSum datasets and
     a small random ``BertModel``; ``kind: hub`` -- a local copy (``local_dir``, linked) or the
-    download of ``hub_id`` (``google-bert/bert-base-uncased``), failing fast offline."""
+    download of ``hub_id`` (``google-bert/bert-base-uncased``), failing fast offline; ``kind:
+    shape`` -- ``hub_id`` at its true dimensions with random weights and a tokenizer learnt from
+    the same training text (:func:`~fedrepro.papers.fedsum.model.build_shape_bert_backbone`)."""
     from fedrepro.models.backbones import hub_snapshot
     from fedrepro.papers.fedsum.model import BERT_HUB_ID, build_tiny_bert_backbone
 
@@ -820,9 +822,22 @@ def prepare_bert_backbone(settings: Mapping, train_files: list[str], out_dir: st
                 if r.get("split", "train") == "train":
                     texts += [r.get("input", ""), r.get("target", "")]
         return build_tiny_bert_backbone(texts, out_dir, cfg, seed=int(settings.get("seed", 0)))
+    if kind == "shape":
+        from fedrepro.papers.fedsum.model import build_shape_bert_backbone
+
+        texts = [
+            t
+            for f in train_files
+            for r in read_jsonl(f)
+            if r.get("split", "train") == "train"
+            for t in (r.get("input", ""), r.get("target", ""))
+        ]
+        return build_shape_bert_backbone(
+            texts, out_dir, settings.get("hub_id") or BERT_HUB_ID, int(settings.get("seed", 0))
+        )
     if kind != "hub":
         raise InputError(
-            f"config key backbones.bert-base.kind must be 'tiny' or 'hub', got {kind!r}"
+            f"config key backbones.bert-base.kind must be 'tiny', 'hub' or 'shape', got {kind!r}"
         )
     return hub_snapshot(
         out_dir,

@@ -167,12 +167,18 @@ def write_char_tokenizer(vocab: Sequence[str], out_dir: str | os.PathLike):
 
     Returns the loaded tokenizer.
     """
+    if list(vocab[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
+        raise InputError(f"a demo vocabulary must start with {SPECIAL_TOKENS}")
+    return _save_vocab(vocab, out_dir)
+
+
+def _save_vocab(vocab: Sequence[str], out_dir: str | os.PathLike):
+    """``vocab.txt`` + ``tokenizer_config.json`` into ``out_dir``, loaded back with
+    ``BertTokenizer`` and saved with ``save_pretrained``; returns the tokenizer."""
     from transformers import BertTokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if list(vocab[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
-        raise InputError(f"a demo vocabulary must start with {SPECIAL_TOKENS}")
     if len(set(vocab)) != len(vocab):
         raise InputError("the vocabulary has duplicate entries")
     bad = [t for t in vocab if not t or any(ch.isspace() for ch in t)]
@@ -269,6 +275,51 @@ def build_tiny_chinese_bart(
     return out_dir
 
 
+def hub_char_vocab(texts: Iterable[str], vocab_size: int) -> list[str]:
+    """A character vocabulary laid out as bert-base-chinese's ``vocab.txt`` (the one
+    fnlp/bart-base-chinese v1 ships): ``[PAD]`` 0, ``[unused1]``..``[unused99]`` 1-99, ``[UNK]``
+    100, ``[CLS]`` 101, ``[SEP]`` 102, ``[MASK]`` 103, then :func:`build_char_vocab`'s entries of
+    ``texts`` by frequency, then ``[unused100]``, ``[unused101]``, ... filling it to exactly
+    ``vocab_size`` entries (they never match text: BERT's pre-tokenizer splits brackets off)."""
+    head = ["[PAD]", *(f"[unused{i}]" for i in range(1, 100)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    learnt = build_char_vocab(texts)[len(SPECIAL_TOKENS):]
+    body = learnt[: max(vocab_size - len(head), 0)]
+    fill = vocab_size - len(head) - len(body)
+    return head + body + [f"[unused{100 + i}]" for i in range(fill)]
+
+
+def build_shape_chinese_bart(
+    texts: Sequence[str],
+    out_dir: str | os.PathLike,
+    hub_id: str = CHINESE_BART_HUB_ID,
+    revision: str = CHINESE_BART_REVISION,
+    seed: int = 0,
+) -> Path:
+    """Write a ``kind: shape`` Chinese BART folder: the registry's description of ``hub_id`` at
+    the pinned version-1 ``revision`` (:data:`fedrepro.models.shapes.ARCHITECTURES`: 6+6 layers,
+    d_model 768, 21,128 tokens, 512 positions; 116,256,768 parameters) with random weights, and
+    a character vocabulary of (the first characters of) ``texts`` laid out as the real one
+    (:func:`hub_char_vocab`: ``[PAD]`` 0, ``[CLS]`` 101 = bos, ``[SEP]`` 102 = eos and decoder
+    start, exactly 21,128 entries).  Shapes, memory and speed only, not results."""
+    from fedrepro.models.shapes import architecture, capped_texts, write_shape_backbone
+
+    arch = architecture(hub_id, "fedsumm.backbone.hub_id")
+    if revision != arch.revision:
+        raise InputError(
+            f"fedsumm.backbone.revision {revision} has no architecture description (kind: "
+            f"shape); the description is of {hub_id}@{arch.revision}"
+        )
+    texts = capped_texts(texts)
+    if not texts:
+        raise InputError("fedsumm.backbone: no training text to build the vocabulary from")
+    size = int(arch.config["vocab_size"])
+
+    def write_tokenizer(tmp: Path):
+        return _save_vocab(hub_char_vocab(texts, size), tmp)
+
+    return write_shape_backbone(arch, out_dir, write_tokenizer, "bart-base-chinese", seed)
+
+
 def download_chinese_bart(
     dest: str | os.PathLike,
     hub_id: str = CHINESE_BART_HUB_ID,
@@ -336,13 +387,25 @@ def prepare_chinese_bart(
     """Make ``out_dir`` a loadable Chinese BART folder per ``settings`` (config ``fedsumm.backbone``).
 
     ``kind: tiny`` builds the demo model from ``texts`` with ``settings["tiny"]``; ``kind: hub``
-    links ``local_dir`` when given, else downloads ``hub_id`` at ``revision``.
+    links ``local_dir`` when given, else downloads ``hub_id`` at ``revision``; ``kind: shape``
+    builds ``hub_id``'s architecture at true size with random weights and a vocabulary of
+    ``texts`` (:func:`build_shape_chinese_bart`).
     """
     kind = settings.get("kind")
     if kind == "tiny":
         return build_tiny_chinese_bart(texts, out_dir, settings.get("tiny"), seed)
+    if kind == "shape":
+        return build_shape_chinese_bart(
+            texts,
+            out_dir,
+            settings.get("hub_id", CHINESE_BART_HUB_ID),
+            settings.get("revision", CHINESE_BART_REVISION),
+            seed,
+        )
     if kind != "hub":
-        raise InputError(f"fedsumm.backbone.kind must be 'tiny' or 'hub', got {kind!r}")
+        raise InputError(
+            f"fedsumm.backbone.kind must be 'tiny', 'hub' or 'shape', got {kind!r}"
+        )
     from fedrepro.models.backbones import hub_snapshot
 
     return hub_snapshot(

@@ -122,11 +122,13 @@ def _backbone(backbone_dir: str):
 def prepare_backbone(settings: dict, record_files: list[str], out_dir: str, seed: int = 0) -> Path:
     """The Chinese BART folder of every FedSUMM cell (rule ``fedsumm_backbone``): the pinned hub
     checkpoint (``kind: hub``; or a link to ``local_dir``), or at demo scale a tiny model whose
-    character vocabulary is built from the *training* inputs and summaries of ``record_files``."""
+    character vocabulary is built from the *training* inputs and summaries of ``record_files``
+    (``kind: shape``: the checkpoint's architecture at true size, random weights, the vocabulary
+    from the same text)."""
     from fedrepro.papers.fedsumm.bart import prepare_chinese_bart
 
     texts: list[str] = []
-    if settings.get("kind") == "tiny":
+    if settings.get("kind") in ("tiny", "shape"):
         for path in record_files:
             for r in read_jsonl(path):
                 if r.get("split") == "train":
