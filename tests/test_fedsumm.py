@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +13,10 @@ from fedrepro.papers.fedsumm.algorithm import (
     ClientGuidance,
     ClientReply,
     DiscrepancyTracker,
+    DiskVectorStore,
     FedSummConfig,
     FedSummServer,
+    ServerStateConfig,
     discrepancy_ratio,
     fedsumm_local_update,
     fedsumm_objective,
@@ -21,6 +24,7 @@ from fedrepro.papers.fedsumm.algorithm import (
     modulate_gradient,
     softmax_normalize,
     sort_memory_by_loss,
+    state_names,
     trainable_state,
 )
 from fedrepro.io import InputError
@@ -337,3 +341,191 @@ def test_two_rounds_end_to_end_with_guidance():
         logs.append(log)
     assert all(math.isfinite(r) and r >= 1.0 for log in logs for r in log["rho"].values())
     assert logs[1]["rho_mean"] == pytest.approx(sum(logs[1]["rho"].values()) / 3)
+
+
+# ----------------------------------------------------------------------------- server state storage
+SHAPES = {"a": (4, 3), "b": (5,), "c": ()}  # a 0-dim tensor too
+P = 4 * 3 + 5 + 1
+STORAGE_CLIENTS = [f"c{i}" for i in range(5)]
+
+
+def _synthetic_replies(server: FedSummServer, t: int, w: OrderedDict) -> dict:
+    """S_t's replies: w^c = w_t + a seeded step (so later rounds depend on earlier ones), delta."""
+    replies = {}
+    for c in server.sample_clients(t):
+        g = torch.Generator().manual_seed(1000 * t + server.client_index[c])
+        params = OrderedDict((k, w[k] + 0.3 * torch.randn(SHAPES[k], generator=g)) for k in w)
+        loss = float(torch.rand((), generator=g))
+        replies[c] = ClientReply(params, OrderedDict((k, w[k] - params[k]) for k in w), loss)
+    return replies
+
+
+def _run_server(server: FedSummServer, rounds, w: OrderedDict) -> tuple[OrderedDict, list]:
+    """Rounds of partial participation; per round w_{t+1}, ρ and the guidance of every client."""
+    trace = []
+    for t in rounds:
+        w, log = server.server_round(t, w, _synthetic_replies(server, t, w))
+        guidance = {c: server.guidance_for(c) for c in server.client_ids}
+        trace.append((w, log["rho"], log["gradient_norms"], guidance))
+    return w, trace
+
+
+def _w0() -> OrderedDict:
+    g = torch.Generator().manual_seed(0)
+    return OrderedDict((k, torch.randn(s, generator=g)) for k, s in SHAPES.items())
+
+
+def _storage_server(tmp: Path | None, storage="memory", dtype="float32", **algo) -> FedSummServer:
+    cfg = FedSummConfig(epsilon=0.5, clients_per_round=3, **algo)
+    return FedSummServer(
+        cfg,
+        STORAGE_CLIENTS,
+        seed=4,
+        state=ServerStateConfig(storage, dtype),
+        state_dir=None if tmp is None else tmp / "server_state",
+    )
+
+
+def _assert_same_trace(a: list, b: list) -> None:
+    for (wa, rho_a, norms_a, ga), (wb, rho_b, norms_b, gb) in zip(a, b, strict=True):
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+        assert rho_a == rho_b and norms_a == norms_b
+        for c in ga:
+            assert (ga[c] is None) == (gb[c] is None)
+            if ga[c] is not None:
+                assert (ga[c].rho, ga[c].previous_loss) == (gb[c].rho, gb[c].previous_loss)
+                g_a, g_b = ga[c].modulated_gradient, gb[c].modulated_gradient
+                assert (g_a is None) == (g_b is None)  # rank: none while MG is too short
+                assert g_a is None or all(torch.equal(g_a[k], g_b[k]) for k in SHAPES)
+
+
+@pytest.mark.parametrize("assignment", ["own", "rank"])
+def test_disk_storage_gives_the_same_rounds_as_memory(tmp_path, assignment):
+    """float32 on disk: new global weights, ρ, ‖MG‖ and the guidance of every client are equal
+    bit for bit to the in-memory path over rounds with partial participation (3 of 5)."""
+    memory_server = _storage_server(None, memory_assignment=assignment)
+    _, memory = _run_server(memory_server, range(1, 6), _w0())
+    disk_server = _storage_server(tmp_path, "disk", memory_assignment=assignment)
+    _, disk = _run_server(disk_server, range(1, 6), _w0())
+    _assert_same_trace(memory, disk)
+    assert isinstance(disk_server.store, DiskVectorStore)
+    # RAM holds exactly the live vectors: no stored g̃, superseded versions dropped
+    assert set(memory_server.store.vectors) == memory_server.live_names()
+    if assignment == "own":  # each guidance names its client's current MG entry
+        assert {g.gradient for g in memory_server.guidance.values()} <= set(
+            memory_server.memory.values()
+        )
+
+
+def test_disk_storage_keeps_the_vectors_in_files_not_in_ram(tmp_path):
+    server = _storage_server(tmp_path, "disk")
+    w1, _ = _run_server(server, [1], _w0())
+    assert len(server.live_names()) == 2 * 3 + 1  # round 1's 3 clients share one S_g
+    _run_server(server, [2, 3], w1)
+    folder = tmp_path / "server_state"
+    seen = set(server.memory)
+    # one MG and one S_c per client seen, one S_g per distinct set of rounds taken part in
+    rounds_of = {c: tuple(t for t in range(1, 4) if c in server.sample_clients(t)) for c in seen}
+    n_global = len(set(rounds_of.values()))
+    live = server.live_names()
+    assert len(live) == 2 * len(seen) + n_global
+    assert {p.stem for p in folder.glob("*.bin")} >= live
+    for name in live:  # every live vector is a file of exactly P float32 entries
+        assert (folder / f"{name}.bin").stat().st_size == 4 * P
+    assert server.state_bytes() == 4 * P * len(live)
+    assert server.store.vectors == {}  # nothing parameter-sized kept in RAM
+    state = server.state_dict()
+    tensors = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            tensors.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(state)
+    assert tensors == [] and state_names(state) == live  # the checkpoint only names the files
+    # files only superseded vectors name go on collect_garbage (unless a kept checkpoint names them)
+    stale = {p.stem for p in folder.glob("*.bin")} - live
+    assert stale and server.collect_garbage(keep=[sorted(stale)[0]]) > 0
+    assert {p.stem for p in folder.glob("*.bin")} == live | {sorted(stale)[0]}
+    server.collect_garbage()
+    assert {p.stem for p in folder.glob("*.bin")} == live
+    # bfloat16 memory gradients: MG files half the size, ρ sums still float32
+    half = _storage_server(tmp_path / "bf16", "disk", "bfloat16")
+    _run_server(half, range(1, 2), _w0())
+    for c, name in half.memory.items():
+        assert (tmp_path / "bf16" / "server_state" / f"{name}.bin").stat().st_size == 2 * P
+        assert (
+            tmp_path / "bf16" / "server_state" / f"{half.tracker.client_sums[c]}.bin"
+        ).stat().st_size == 4 * P
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_bfloat16_memory_gradients_round_mg_only(tmp_path, storage):
+    """bf16 storage: g̃ = bf16(MG)·ε·ρ exactly (the stored entry, rounded to nearest, times the
+    same scalar); memory and disk agree bit for bit; against float32 the run stays within bf16
+    tolerance (relative 2^-8 on g̃; the rounds' w and ρ within 1e-3 / 1e-4)."""
+    server = _storage_server(tmp_path, storage, "bfloat16")
+    w = _w0()
+    replies = _synthetic_replies(server, 1, w)
+    _, log = server.server_round(1, w, replies)
+    for c, reply in replies.items():
+        scale = 0.5 * log["rho"][c]
+        got = server.guidance_for(c).modulated_gradient
+        for k in SHAPES:
+            assert got[k].dtype == torch.float32
+            assert torch.equal(got[k], reply.gradient[k].to(torch.bfloat16).float() * scale)
+            assert torch.allclose(got[k], reply.gradient[k] * scale, rtol=2**-8, atol=0)
+    _, bf16 = _run_server(_storage_server(tmp_path / "a", storage, "bfloat16"), range(1, 6), _w0())
+    _, bf16_mem = _run_server(_storage_server(None, "memory", "bfloat16"), range(1, 6), _w0())
+    _assert_same_trace(bf16, bf16_mem)
+    _, fp32 = _run_server(_storage_server(None), range(1, 6), _w0())
+    for (wa, rho_a, _, _), (wb, rho_b, _, _) in zip(bf16, fp32):
+        assert all(torch.allclose(wa[k], wb[k], rtol=0, atol=1e-3) for k in wa)
+        assert any(not torch.equal(wa[k], wb[k]) for k in wa)  # bf16 was really used
+        assert rho_a == pytest.approx(rho_b, rel=1e-4)
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_server_state_saved_mid_run_resumes_to_the_same_result(tmp_path, storage):
+    """Save after round 2, run round 3 and 'die'; a new server loads round 2's state, collects
+    the dead run's files, and rounds 3-5 equal the uninterrupted run's."""
+    _, reference = _run_server(_storage_server(tmp_path / "ref", storage), range(1, 6), _w0())
+    first = _storage_server(tmp_path / "cut", storage)
+    w2, _ = _run_server(first, range(1, 3), _w0())
+    saved = tmp_path / "round2.pt"
+    torch.save(first.state_dict(), saved)
+    _run_server(first, [3], w2)  # writes round 3's files, then the process is killed
+    again = _storage_server(tmp_path / "cut", storage)
+    state = torch.load(saved, weights_only=True)
+    again.load_state_dict(state)
+    again.collect_garbage()
+    if storage == "disk":
+        files = {p.stem for p in (tmp_path / "cut" / "server_state").glob("*.bin")}
+        assert files == state_names(state) == again.live_names()
+    _, resumed = _run_server(again, range(3, 6), w2)
+    _assert_same_trace(reference[2:], resumed)
+    wrong = _storage_server(tmp_path / "x", "disk" if storage == "memory" else "memory")
+    with pytest.raises(InputError, match="server_state"):
+        wrong.load_state_dict(state)
+
+
+def test_disk_state_with_a_missing_file_is_a_clear_error(tmp_path):
+    server = _storage_server(tmp_path, "disk")
+    _run_server(server, range(1, 3), _w0())
+    state = server.state_dict()
+    victim = sorted(server.live_names())[0]
+    (tmp_path / "server_state" / f"{victim}.bin").unlink()
+    with pytest.raises(InputError, match=victim):
+        _storage_server(tmp_path, "disk").load_state_dict(state)
+    with pytest.raises(InputError, match="fedsumm.server_state.storage"):
+        ServerStateConfig.from_config({"storage": "mmap"})
+    with pytest.raises(InputError, match="unknown keys"):
+        ServerStateConfig.from_config({"storage": "disk", "path": "x"})
+    with pytest.raises(InputError, match="needs a folder"):
+        _storage_server(None, "disk")

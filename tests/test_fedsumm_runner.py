@@ -20,7 +20,18 @@ from fedrepro.fl.cell import load_final_adapters, run_cell
 from fedrepro.fl.checkpoint import checkpoint_paths
 from fedrepro.fl.checkpoint import load_state
 from fedrepro.io import InputError, write_jsonl_atomic
+from fedrepro.papers.fedsumm.algorithm import (
+    FedSummConfig,
+    FedSummServer,
+    ServerStateConfig,
+    state_names,
+)
 from fedrepro.papers.fedsumm.bart import build_tiny_chinese_bart
+from fedrepro.papers.fedsumm.strategy import (
+    FedSummStrategy,
+    server_state_dir,
+    server_state_path,
+)
 
 CLIENTS = ("csl-001", "csl-002", "csl-003")
 CHARS = "网络故障诊断问题提出方法结果表明误差降低人口老龄化农民增收影响数据检验无线传感器新一种本文利用年的了该"
@@ -181,10 +192,34 @@ def spy(monkeypatch):
     return calls
 
 
+def _saved_server(cell: dict, round_index: int) -> FedSummServer:
+    """The FedSUMM server state a cell saved after ``round_index`` (its checkpoints kept)."""
+    server = FedSummServer(
+        FedSummConfig.from_config(cell["algorithm"]),
+        cell["clients"],
+        cell["seed"],
+        state=ServerStateConfig.from_config(cell.get("server_state")),
+        state_dir=server_state_dir(cell["out_dir"]),
+    )
+    server.load_state_dict(
+        torch.load(server_state_path(cell["out_dir"], round_index), weights_only=True)
+    )
+    return server
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
 def test_guidance_travels_to_clients_and_the_server_updates_mg_and_rho_from_replies(
-    world, tmp_path, spy
+    world, tmp_path, spy, storage
 ):
-    cell = _cell(world, tmp_path, "ct", "FedSUMM", "fedsumm", keep_round_checkpoints=True)
+    cell = _cell(
+        world,
+        tmp_path,
+        "ct",
+        "FedSUMM",
+        "fedsumm",
+        keep_round_checkpoints=True,
+        server_state={"storage": storage, "dtype": "float32"},
+    )
     out = _run(cell)
     log = _rounds(out)
     eps = 0.1
@@ -204,24 +239,21 @@ def test_guidance_travels_to_clients_and_the_server_updates_mg_and_rho_from_repl
             assert torch.equal(g[k], (w_0[k] - w_c[k]) * (eps * cfg["rho"]))
         assert spy[(2, c)]["stats"]["guided"] == 1 and spy[(1, c)]["stats"]["guided"] == 0
     # the server state after round 2: MG holds round 2's deltas, the losses the round-2 losses
-    state = torch.load(
-        Path(cell["out_dir"]) / "checkpoints" / "fedsumm_server_round_002.pt", weights_only=True
-    )
+    server = _saved_server(cell, 2)
+    memory = {c: server.memory_entry(c) for c in CLIENTS}
     for c in CLIENTS:
         w_1, w_c2 = spy[(2, c)]["received"], spy[(2, c)]["sent"]
-        assert all(torch.equal(state["memory"][c][k], w_1[k] - w_c2[k]) for k in w_1)
-        assert state["losses"][c] == spy[(2, c)]["stats"]["train_loss"]
-        assert state["guidance"][c]["rho"] == log[1]["rho"][c]
-    assert log[1]["fedsumm"]["memory_order"] == sorted(
-        CLIENTS, key=lambda c: (state["losses"][c], c)
-    )
+        assert all(torch.equal(memory[c][k], w_1[k] - w_c2[k]) for k in w_1)
+        assert server.losses[c] == spy[(2, c)]["stats"]["train_loss"]
+        assert server.guidance[c].rho == log[1]["rho"][c]
+    assert log[1]["fedsumm"]["memory_order"] == sorted(CLIENTS, key=lambda c: (server.losses[c], c))
     assert all(log[1]["fedsumm"]["modulated"].values())
     # w_2 = w_1 + mean_c (w^c_2 − g̃^c_2 − w_1), g̃^c_2 = MG_2[c]·ε·ρ_2[c] (Algorithm 1, apply_on_server)
     w_1 = spy[(2, CLIENTS[0])]["received"]
     w_2 = load_state(checkpoint_paths(cell["out_dir"], 2)[0])
     for k in w_1:
         ups = [
-            spy[(2, c)]["sent"][k] - state["memory"][c][k] * (eps * log[1]["rho"][c]) - w_1[k]
+            spy[(2, c)]["sent"][k] - memory[c][k] * (eps * log[1]["rho"][c]) - w_1[k]
             for c in CLIENTS
         ]
         assert torch.equal(w_2[k], w_1[k] + sum(ups) / len(ups))
@@ -366,6 +398,49 @@ def test_resume_after_a_kill_is_bit_identical(world, tmp_path, monkeypatch):
     _run(cut)
     for name in ("adapters.safetensors", "train_log.json"):
         assert (Path(cut["out_dir"]) / name).read_bytes() == (local / name).read_bytes()
+
+
+def test_disk_server_state_resumes_bit_identically_and_follows_the_checkpoint_policy(
+    world, tmp_path, monkeypatch
+):
+    disk = {"server_state": {"storage": "disk", "dtype": "float32"}}
+    memory = _run(_cell(world, tmp_path, "ct", "FedSUMM", "memory", rounds=3))
+    cut = _cell(world, tmp_path, "ct", "FedSUMM", "disk-cut", rounds=3, **disk)
+    original = FedSummStrategy.evaluate_global
+
+    def dying(self, absolute_round):
+        if absolute_round == 3:  # the server dies after round 3's server procedure wrote its files
+            raise RuntimeError("server killed")
+        return original(self, absolute_round)
+
+    monkeypatch.setattr(FedSummStrategy, "evaluate_global", dying)
+    with pytest.raises(RuntimeError):
+        _run(cut)
+    monkeypatch.undo()
+    ckpt = Path(cut["out_dir"]) / "checkpoints"
+    assert [p.name for p in ckpt.glob("fedsumm_server_round_*.pt")] == [
+        "fedsumm_server_round_002.pt"
+    ]
+    named = state_names(torch.load(server_state_path(cut["out_dir"], 2), weights_only=True))
+    on_disk = {p.stem for p in server_state_dir(cut["out_dir"]).glob("*.bin")}
+    assert named and named < on_disk  # round 2's files, and the unfinished round 3's
+    _run(cut)  # resumes from round 2: its files reloaded, round 3's leftovers deleted and redone
+    for name in ("adapters.safetensors", "train_log.json"):  # = the uninterrupted in-memory run
+        assert (Path(cut["out_dir"]) / name).read_bytes() == (memory / name).read_bytes()
+    assert not ckpt.exists()  # keep_round_checkpoints: false -> the state files went with it
+    kept = _cell(
+        world, tmp_path, "ct", "FedSUMM", "disk-kept", rounds=3, keep_round_checkpoints=True, **disk
+    )
+    _run(kept)
+    names = [
+        state_names(torch.load(server_state_path(kept["out_dir"], r), weights_only=True))
+        for r in (1, 2, 3)
+    ]
+    files = {p.stem for p in server_state_dir(kept["out_dir"]).glob("*.bin")}
+    assert set().union(*names) == files  # every kept round's state is complete, nothing else
+    assert (Path(kept["out_dir"]) / "adapters.safetensors").read_bytes() == (
+        memory / "adapters.safetensors"
+    ).read_bytes()
 
 
 def test_local_regimes_and_final_evaluation(world, tmp_path):

@@ -62,6 +62,12 @@ replied).  The mean of the deltas is a pluggable function, so the server-side DP
 **Sent to a client with w_t** (:class:`ClientGuidance`): its last ``g̃``, ρ and ``l`` (Algorithm 1's
 ``ClientUpdate(c, w, g, l)``); nothing in its first round.
 
+**Server state** (:class:`FedSummServer`, config ``fedsumm.server_state``).  Per client the server
+keeps MG[c] and S_c; S_g once per distinct set of rounds taken part in (it depends on the client
+only through them); g̃ is not stored but remade from its memory entry and ε·ρ when sent (the same
+multiplication, the same bits).  The vectors live in RAM (``storage="memory"``) or in files read
+one tensor at a time (``"disk"``: server RAM O(one model) whatever N); MG may be kept in bfloat16.
+
 **Eq. 7 — the client objective** :func:`fedsumm_objective`, per batch b:
 ``J(θ) = L_b(θ) + ε·ρ·(dL/dt)·max(‖∇_θ L_b(θ)‖₂, 1)`` with dL/dt (``dldt``):
 
@@ -81,13 +87,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from fedrepro.data.seq2seq import derive_seed
-from fedrepro.io import InputError
+from fedrepro.io import InputError, atomic_path
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -148,6 +157,12 @@ class FedSummConfig:
 
 
 # -- small tensor helpers ---------------------------------------------------------------------------
+def _shape(tensors: Tensors, key: str) -> torch.Size:
+    """A tensor's shape without making it when ``tensors`` is a :class:`LazyTensors`."""
+    shape_of = getattr(tensors, "shape_of", None)
+    return shape_of(key) if shape_of is not None else tensors[key].shape
+
+
 def _check_same_keys(reference: Tensors, other: Tensors, what: str) -> None:
     if list(reference) != list(other):
         missing = [k for k in reference if k not in other]
@@ -156,23 +171,367 @@ def _check_same_keys(reference: Tensors, other: Tensors, what: str) -> None:
             f"{what}: tensor names differ from the global model (missing {missing[:3]}, "
             f"unexpected {extra[:3]})"
         )
-    for k, v in reference.items():
-        if other[k].shape != v.shape:
+    for k in reference:
+        shape, expected = _shape(other, k), _shape(reference, k)
+        if shape != expected:
             raise InputError(
-                f"{what}: tensor {k!r} has shape {tuple(other[k].shape)}, expected {tuple(v.shape)}"
+                f"{what}: tensor {k!r} has shape {tuple(shape)}, expected {tuple(expected)}"
             )
 
 
 def l2_norm(tensors: Tensors) -> float:
     """‖g‖₂ over all entries of all tensors (float64 accumulation)."""
-    return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors.values()))
+    return math.sqrt(sum(_square_sum(t) for t in tensors.values()))
+
+
+def _square_sum(t: torch.Tensor) -> float:
+    return float(t.detach().double().pow(2).sum())
 
 
 def _detached(tensors: Tensors) -> OrderedDict[str, torch.Tensor]:
     return OrderedDict((k, v.detach().clone()) for k, v in tensors.items())
 
 
+class LazyTensors(Mapping):
+    """A read-only ``{name: Tensor}`` whose tensors are made when read, one at a time.
+
+    The server uses its per-client quantities tensor by tensor (a reply converted from the wire,
+    g^c = w_t − w^c, a memory entry read from disk, the update w^c − g̃^c − w_t), so with these it
+    never holds a parameter-sized copy per client; :meth:`shape_of` answers without making the
+    tensor.  Every read makes the tensor again (same values: the makers are pure).
+    """
+
+    def __init__(
+        self, shapes: Mapping[str, Sequence[int]], make: Callable[[str], torch.Tensor]
+    ) -> None:
+        self._shapes = OrderedDict((k, torch.Size(s)) for k, s in shapes.items())
+        self._make = make
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self._shapes:
+            raise KeyError(key)
+        return self._make(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._shapes
+
+    def __iter__(self):
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shape_of(self, key: str) -> torch.Size:
+        return self._shapes[key]
+
+
+# -- where the server keeps its parameter-sized vectors ----------------------------------------------
+STATE_STORAGES = ("memory", "disk")
+STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_NUMPY_VIEW = {"float32": (np.float32, None), "bfloat16": (np.int16, torch.int16)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerStateConfig:
+    """Where :class:`FedSummServer` keeps its per-client vectors (config ``fedsumm.server_state``).
+
+    ``storage="memory"``: in RAM (the default; small models).  ``"disk"``: one file per vector under
+    ``state_dir`` (the cell's ``checkpoints/server_state/``), written once and read back one tensor
+    at a time, so the server's RAM stays O(one model) whatever the number of clients.  ``dtype``:
+    storage type of the memory gradients MG (``"float32"``: exact; ``"bfloat16"``: half the bytes,
+    MG and so g̃ rounded to bfloat16, computed on in float32).  The ρ sums are always float32 (their
+    entries differ from each other by far less than bfloat16's 8-bit mantissa resolves).
+    """
+
+    storage: str = "memory"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.storage not in STATE_STORAGES:
+            raise InputError(
+                f"fedsumm.server_state.storage must be one of {STATE_STORAGES}, got {self.storage!r}"
+            )
+        if self.dtype not in STATE_DTYPES:
+            raise InputError(
+                f"fedsumm.server_state.dtype must be one of {tuple(STATE_DTYPES)}, got {self.dtype!r}"
+            )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return STATE_DTYPES[self.dtype]
+
+    @classmethod
+    def from_config(cls, cfg: Mapping | None) -> ServerStateConfig:
+        """Build from the ``fedsumm.server_state`` config block; unknown keys are an error."""
+        cfg = dict(cfg or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise InputError(
+                f"unknown keys in fedsumm.server_state: {unknown}; known: {sorted(known)}"
+            )
+        return cls(**cfg)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    for name, d in STATE_DTYPES.items():
+        if d == dtype:
+            return name
+    raise InputError(f"server-state vectors are float32 or bfloat16, not {dtype}")
+
+
+class MemoryVectorStore:
+    """Named, immutable parameter-sized vectors ({tensor name: Tensor}) in RAM.
+
+    A vector is never changed after :meth:`put`; a new value gets a new name (names come from a
+    counter, so a rerun makes the same names).  :meth:`get` returns float32 tensors.  ``put(...,
+    norm=True)`` also records ‖vector‖₂ of the stored values (:meth:`l2_norm`; what
+    :func:`l2_norm` of :meth:`get` gives, without reading the vector again).
+    """
+
+    kind = "memory"
+    fresh_reads = False  # get() returns the stored tensors: never change them
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.vectors: dict[str, OrderedDict[str, torch.Tensor]] = {}
+        self.norms: dict[str, float] = {}
+
+    def _new_name(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}-{self.counter:08d}"
+
+    def put(
+        self,
+        prefix: str,
+        tensors: Tensors,
+        dtype: torch.dtype = torch.float32,
+        copy: bool = True,
+        norm: bool = False,
+    ) -> str:
+        """Store ``tensors`` (cast to ``dtype``; ``copy=False`` keeps a float32 tensor as is)."""
+        _dtype_name(dtype)
+        name = self._new_name(prefix)
+        self.vectors[name] = OrderedDict(
+            (k, v.detach().to(dtype=dtype, copy=copy)) for k, v in tensors.items()
+        )
+        if norm:
+            self.norms[name] = math.sqrt(sum(_square_sum(v) for v in self.vectors[name].values()))
+        return name
+
+    def l2_norm(self, name: str) -> float:
+        """‖vector‖₂ (float64 accumulation, as :func:`l2_norm`)."""
+        if name in self.norms:
+            return self.norms[name]
+        return l2_norm(self.get(name))
+
+    def get(self, name: str) -> Mapping[str, torch.Tensor]:
+        vec = self.vectors[name]
+        if all(v.dtype == torch.float32 for v in vec.values()):
+            return vec  # read-only by convention
+        return LazyTensors({k: v.shape for k, v in vec.items()}, lambda k: vec[k].float())
+
+    def retain(self, names: Iterable[str]) -> None:
+        """Forget every vector not in ``names``."""
+        keep = set(names)
+        for n in [n for n in self.vectors if n not in keep]:
+            del self.vectors[n]
+        self.norms = {n: v for n, v in self.norms.items() if n in keep}
+
+    def nbytes(self) -> int:
+        """Bytes of the vectors held."""
+        return sum(
+            v.numel() * v.element_size() for vec in self.vectors.values() for v in vec.values()
+        )
+
+    def collect(self, keep: Iterable[str] = ()) -> int:
+        return 0  # RAM is freed by retain()
+
+    def state_dict(self, names: Iterable[str]) -> dict:
+        return {
+            "kind": self.kind,
+            "counter": self.counter,
+            "vectors": {n: self.vectors[n] for n in sorted(set(names))},
+            "norms": {n: self.norms[n] for n in sorted(set(names)) if n in self.norms},
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if state.get("kind") != self.kind:
+            raise InputError(
+                f"saved FedSUMM server state was kept in {state.get('kind')!r} storage, not "
+                f"{self.kind!r} (fedsumm.server_state.storage)"
+            )
+        self.counter = int(state["counter"])
+        self.vectors = {n: OrderedDict(v) for n, v in state["vectors"].items()}
+        self.norms = dict(state["norms"])
+
+
+class DiskVectorStore(MemoryVectorStore):
+    """The same vectors as files ``<directory>/<name>.bin``: the raw tensors one after the other
+    (float32 or bfloat16, native byte order), written atomically (temporary file + rename) and
+    never rewritten; :meth:`get` reads one tensor at a time (one read of its byte range),
+    so RAM holds at most the tensor being used.  Names, keys, shapes and dtypes are kept in
+    :attr:`meta` and go into the server-state checkpoint; :meth:`collect` deletes the files that
+    neither the live state nor a kept checkpoint names (the caller says which those are).
+    """
+
+    kind = "disk"
+    fresh_reads = True  # get() reads new tensors every time
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        super().__init__()
+        self.directory = Path(directory)
+        self.meta: dict[str, dict] = {}
+
+    def path(self, name: str) -> Path:
+        return self.directory / f"{name}.bin"
+
+    def put(
+        self,
+        prefix: str,
+        tensors: Tensors,
+        dtype: torch.dtype = torch.float32,
+        copy: bool = True,
+        norm: bool = False,
+    ) -> str:
+        dname = _dtype_name(dtype)
+        view = _NUMPY_VIEW[dname][1]
+        name = self._new_name(prefix)
+        keys, shapes, squares = [], [], []
+        with atomic_path(self.path(name), suffix=".tmp") as tmp:
+            with open(tmp, "wb", buffering=0) as f:
+                for k, v in tensors.items():
+                    t = v.detach().to(device="cpu", dtype=dtype).contiguous()
+                    _write_all(f, (t.view(view) if view is not None else t).numpy())
+                    keys.append(k)
+                    shapes.append(list(t.shape))
+                    if norm:
+                        squares.append(_square_sum(t))
+        self.meta[name] = {"dtype": dname, "keys": keys, "shapes": shapes}
+        if norm:
+            self.norms[name] = math.sqrt(sum(squares))
+        return name
+
+    def get(self, name: str) -> Mapping[str, torch.Tensor]:
+        m = self.meta[name]
+        np_dtype, view = _NUMPY_VIEW[m["dtype"]]
+        item = np.dtype(np_dtype).itemsize
+        path = self.path(name)
+        spans, offset = {}, 0
+        for k, s in zip(m["keys"], m["shapes"]):
+            n = math.prod(s)
+            spans[k] = (offset, n, s)
+            offset += n
+
+        def read(k: str) -> torch.Tensor:
+            start, n, shape = spans[k]
+            arr = np.empty(n, dtype=np_dtype)
+            with open(path, "rb", buffering=0) as f:
+                f.seek(start * item)
+                if _read_all(f, arr) != arr.nbytes:
+                    raise InputError(f"{path}: server-state file is truncated")
+            t = torch.from_numpy(arr)
+            if view is not None:
+                t = t.view(torch.bfloat16).float()
+            return t.reshape(shape)
+
+        return LazyTensors(dict(zip(m["keys"], m["shapes"])), read)
+
+    def retain(self, names: Iterable[str]) -> None:
+        keep = set(names)
+        self.meta = {n: m for n, m in self.meta.items() if n in keep}
+        self.norms = {n: v for n, v in self.norms.items() if n in keep}
+
+    def nbytes(self) -> int:
+        """Bytes of the live vectors (on disk; what RAM would hold)."""
+        return sum(_file_bytes(m) for m in self.meta.values())
+
+    def disk_bytes(self) -> int:
+        """Bytes of every file in the directory (live vectors, those of kept checkpoints, leftovers)."""
+        if not self.directory.exists():
+            return 0
+        return sum(p.stat().st_size for p in self.directory.iterdir() if p.is_file())
+
+    def collect(self, keep: Iterable[str] = ()) -> int:
+        """Delete the files of vectors neither live nor in ``keep`` (and unfinished temporaries);
+        returns the bytes freed."""
+        if not self.directory.exists():
+            return 0
+        names = set(self.meta) | set(keep)
+        freed = 0
+        for p in self.directory.iterdir():
+            if p.is_file() and not (p.suffix == ".bin" and p.stem in names):
+                freed += p.stat().st_size
+                p.unlink()
+        return freed
+
+    def state_dict(self, names: Iterable[str]) -> dict:
+        return {
+            "kind": self.kind,
+            "counter": self.counter,
+            "directory": str(self.directory),
+            "meta": {n: self.meta[n] for n in sorted(set(names))},
+            "norms": {n: self.norms[n] for n in sorted(set(names)) if n in self.norms},
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if state.get("kind") != self.kind:
+            raise InputError(
+                f"saved FedSUMM server state was kept in {state.get('kind')!r} storage, not "
+                f"{self.kind!r} (fedsumm.server_state.storage)"
+            )
+        meta = {n: dict(m) for n, m in state["meta"].items()}
+        for n, m in meta.items():
+            path, expected = self.path(n), _file_bytes(m)
+            if not path.exists() or path.stat().st_size != expected:
+                raise InputError(
+                    f"{path}: server-state file missing or of the wrong size (expected {expected} "
+                    f"bytes); delete {self.directory.parent} to restart this cell"
+                )
+        self.counter = int(state["counter"])
+        self.meta = meta
+        self.norms = dict(state["norms"])
+
+
+def _write_all(f, arr: np.ndarray) -> None:
+    buf = memoryview(arr.reshape(-1)).cast("B")
+    while buf:
+        buf = buf[f.write(buf) :]
+
+
+def _read_all(f, arr: np.ndarray) -> int:
+    buf, got = memoryview(arr).cast("B"), 0
+    while got < len(buf):
+        n = f.readinto(buf[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
+def _file_bytes(meta: Mapping) -> int:
+    return STATE_DTYPES[meta["dtype"]].itemsize * sum(math.prod(s) for s in meta["shapes"])
+
+
+def make_vector_store(
+    config: ServerStateConfig, directory: str | os.PathLike | None = None
+) -> MemoryVectorStore:
+    """The store ``config.storage`` asks for (``disk`` needs ``directory``)."""
+    if config.storage == "memory":
+        return MemoryVectorStore()
+    if directory is None:
+        raise InputError("fedsumm.server_state.storage: disk needs a folder for the state files")
+    return DiskVectorStore(directory)
+
+
+def _numbered(tensors: Sequence[torch.Tensor]) -> OrderedDict[str, torch.Tensor]:
+    return OrderedDict((str(i), t) for i, t in enumerate(tensors))
+
+
 # -- ρ (eq. 5–6) ------------------------------------------------------------------------------------
+_RATIO_CHUNK = 1 << 22
+
+
 def softmax_normalize(params: Tensors, scope: str = "global") -> list[torch.Tensor]:
     """σ of eq. 6: ``exp(w_i) / Σ_j exp(w_j)`` over the parameter entries.
 
@@ -181,11 +540,17 @@ def softmax_normalize(params: Tensors, scope: str = "global") -> list[torch.Tens
     """
     if not params:
         raise InputError("no parameters to normalise")
-    flats = [t.detach().float().reshape(-1) for t in params.values()]
     if scope == "global":
-        return [torch.softmax(torch.cat(flats), dim=0)]
+        # the concatenation, filled tensor by tensor (a lazy mapping makes one at a time)
+        flat = torch.empty(sum(math.prod(_shape(params, k)) for k in params), dtype=torch.float32)
+        start = 0
+        for t in params.values():
+            n = t.numel()
+            flat[start : start + n] = t.detach().float().reshape(-1)
+            start += n
+        return [torch.softmax(flat, dim=0)]
     if scope == "per_tensor":
-        return [torch.softmax(f, dim=0) for f in flats]
+        return [torch.softmax(t.detach().float().reshape(-1), dim=0) for t in params.values()]
     raise InputError(f"rho_scope must be 'global' or 'per_tensor', got {scope!r}")
 
 
@@ -203,61 +568,134 @@ def discrepancy_ratio(
     reduction : {"mean", "expected"}
         ``"mean"``: ``(1/d) Σ_i S_c,i / S_g,i``; ``"expected"``: ``Σ_i p_i S_c,i / S_g,i`` with
         ``p = S_c / Σ_j S_c,j``.  With several scopes (per tensor) the scalars are averaged.
+
+    In float64 with one parameter-sized temporary: the element-wise steps run in place, chunk by
+    chunk, and the values (element by element, then the same full-length reductions) are those of
+    ``(S_c.double() / S_c.double().sum() * (S_c.double() / S_g.double())).sum()``.
     """
     if len(client_sum) != len(global_sum) or not client_sum:
         raise InputError(
             "client and global softmax sums must have the same, non-zero number of scopes"
         )
+    if reduction not in ("mean", "expected"):
+        raise InputError(f"rho_reduction must be 'mean' or 'expected', got {reduction!r}")
     values = []
     for sc, sg in zip(client_sum, global_sum):
-        ratio = sc.double() / sg.double()
-        if reduction == "mean":
-            values.append(float(ratio.mean()))
-        elif reduction == "expected":
-            values.append(float((sc.double() / sc.double().sum() * ratio).sum()))
-        else:
-            raise InputError(f"rho_reduction must be 'mean' or 'expected', got {reduction!r}")
+        if sc.shape != sg.shape:
+            raise InputError(f"softmax sums of shapes {tuple(sc.shape)} and {tuple(sg.shape)}")
+        sc, sg = sc.reshape(-1), sg.reshape(-1)
+        out = sc.to(torch.float64, copy=True)  # "mean": S_c/S_g; "expected": p·S_c/S_g
+        total = out.sum()
+        for i in range(0, out.numel(), _RATIO_CHUNK):  # element-wise, in chunks
+            j = i + _RATIO_CHUNK
+            if reduction == "mean":
+                out[i:j].div_(sg[i:j].to(torch.float64))
+            else:
+                ratio = sc[i:j].to(torch.float64, copy=True).div_(sg[i:j].to(torch.float64))
+                out[i:j].div_(total).mul_(ratio)
+        values.append(float(out.mean() if reduction == "mean" else out.sum()))
+        del out
     return sum(values) / len(values)
 
 
 class DiscrepancyTracker:
     """ρ per client across rounds (eq. 5), usable for any method (Fig. 6 compares FedAvg's ρ).
 
-    Keeps, per client, ``S_c`` and ``S_g`` summed over the rounds the client took part in
-    (``window="cumulative"``; memory: two parameter-sized vectors per client) or nothing
-    (``window="round"``).
+    ``window="cumulative"``: per client ``S_c = Σ_{t∈T_c} σ_c,t`` over the rounds T_c it took part
+    in (one parameter-sized vector per client) and ``S_g = Σ_{t∈T_c} σ_g,t``.  σ_g,t is the same for
+    every client of round t, so S_g depends on the client only through T_c: clients with the same
+    rounds share one S_g vector (made once, by the same additions in the same order, hence the same
+    bits as one copy each).  With full participation all clients share one S_g; with partial
+    participation at most one per distinct T_c.  ``window="round"``: nothing is kept.  The vectors
+    (float32) live in ``store`` (RAM, or files: :class:`ServerStateConfig`).
     """
 
     def __init__(
-        self, scope: str = "global", reduction: str = "expected", window: str = "cumulative"
+        self,
+        scope: str = "global",
+        reduction: str = "expected",
+        window: str = "cumulative",
+        store: MemoryVectorStore | None = None,
+        release: Callable[[], None] | None = None,
     ):
         FedSummConfig(rho_scope=scope, rho_reduction=reduction, rho_window=window)  # validates
         self.scope, self.reduction, self.window = scope, reduction, window
-        self.sums: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._owns_store = store is None
+        self.store = MemoryVectorStore() if store is None else store
+        # called after each client's sums are replaced: lets the store drop the superseded ones
+        # at once (in RAM: one client's old S_c at a time, not the whole round's)
+        if release is None and self._owns_store:
+            release = lambda: self.store.retain(self.names())  # noqa: E731
+        self._release = release or (lambda: None)
+        self.client_sums: dict[str, str] = {}  # client -> name of S_c in the store
+        self.global_sums: dict[str, str] = {}  # client -> name of its (shared) S_g
+
+    def _vector(self, name: str) -> list[torch.Tensor]:
+        return list(self.store.get(name).values())
+
+    def _add(self, old: list[torch.Tensor], new: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``old + new`` (old first, as eq. 5's running sum); in place when ``old`` was read fresh
+        from disk (same values, one parameter-sized tensor less)."""
+        if self.store.fresh_reads:
+            return [a.add_(b) for a, b in zip(old, new)]
+        return [a + b for a, b in zip(old, new)]
+
+    def names(self) -> set[str]:
+        """The store names this tracker refers to."""
+        return set(self.client_sums.values()) | set(self.global_sums.values())
 
     def update(self, client: str, client_params: Tensors, global_params: Tensors) -> float:
         """Add round t's σ_c,t and σ_g,t for ``client`` and return its ρ."""
-        _check_same_keys(global_params, client_params, f"client {client!r}")
-        sc = softmax_normalize(client_params, self.scope)
-        sg = softmax_normalize(global_params, self.scope)
-        if self.window == "cumulative":
-            if client in self.sums:
-                old_c, old_g = self.sums[client]
-                sc = [a + b for a, b in zip(old_c, sc)]
-                sg = [a + b for a, b in zip(old_g, sg)]
-            self.sums[client] = (sc, sg)
-        return discrepancy_ratio(sc, sg, self.reduction)
+        return self.update_round({client: client_params}, global_params)[client]
+
+    def update_round(
+        self,
+        clients_params: Mapping[str, Tensors],
+        global_params: Tensors,
+        global_sigma: list[torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """One round: σ_g,t of ``global_params`` (once; or ``global_sigma`` when the caller has
+        it, ``global_params`` then only gives the names and shapes), then every client's σ_c,t and
+        ρ_c, in the order of ``clients_params``; one client's vectors at a time."""
+        sg_t = (
+            global_sigma
+            if global_sigma is not None
+            else softmax_normalize(global_params, self.scope)
+        )
+        new_global: dict[str | None, str] = {}  # S_g before this round -> S_g after it
+        rho = {}
+        for c, params in clients_params.items():
+            _check_same_keys(global_params, params, f"client {c!r}")
+            sc = softmax_normalize(params, self.scope)
+            if self.window == "round":
+                rho[c] = discrepancy_ratio(sc, sg_t, self.reduction)
+                continue
+            old = self.client_sums.get(c)
+            if old is not None:
+                sc = self._add(self._vector(old), sc)
+            prev = self.global_sums.get(c)
+            if prev not in new_global:
+                sg = sg_t if prev is None else self._add(self._vector(prev), sg_t)
+                new_global[prev] = self.store.put("rho-global", _numbered(sg), copy=False)
+                del sg
+            self.client_sums[c] = self.store.put("rho-client", _numbered(sc), copy=False)
+            self.global_sums[c] = new_global[prev]
+            rho[c] = discrepancy_ratio(sc, self._vector(new_global[prev]), self.reduction)
+            del sc
+            self._release()
+        return rho
 
     def state_dict(self) -> dict:
-        return {
+        state = {
             "scope": self.scope,
             "reduction": self.reduction,
             "window": self.window,
-            "sums": {
-                c: ([t.clone() for t in a], [t.clone() for t in b])
-                for c, (a, b) in self.sums.items()
-            },
+            "client_sums": dict(self.client_sums),
+            "global_sums": dict(self.global_sums),
         }
+        if self._owns_store:
+            state["store"] = self.store.state_dict(self.names())
+        return state
 
     def load_state_dict(self, state: Mapping) -> None:
         if (state["scope"], state["reduction"], state["window"]) != (
@@ -268,7 +706,10 @@ class DiscrepancyTracker:
             raise InputError(
                 "saved ρ state was made with other rho_scope/rho_reduction/rho_window settings"
             )
-        self.sums = {c: (list(a), list(b)) for c, (a, b) in state["sums"].items()}
+        self.client_sums = dict(state["client_sums"])
+        self.global_sums = dict(state["global_sums"])
+        if self._owns_store:
+            self.store.load_state_dict(state["store"])
 
 
 # -- the gradient adapter (Algorithm 1) ---------------------------------------------------------------
@@ -509,12 +950,61 @@ def fedsumm_local_update(
 
 # -- server ---------------------------------------------------------------------------------------
 def plain_mean(updates: Sequence[Tensors]) -> tuple[OrderedDict[str, torch.Tensor], dict]:
-    """Algorithm 1's global aggregation of the updates: ``(1/|S_t|) Σ_c Δ^c``."""
+    """Algorithm 1's global aggregation of the updates: ``(1/|S_t|) Σ_c Δ^c``.
+
+    Tensor by tensor: with :class:`LazyTensors` updates only one tensor per client is made at a time.
+    """
     if not updates:
         raise InputError("no client updates to aggregate")
     keys = list(updates[0])
     out = OrderedDict((k, sum(u[k] for u in updates) / len(updates)) for k in keys)
     return out, {"num_clients": len(updates)}
+
+
+def client_update(
+    client_params: Tensors,
+    global_params: Tensors,
+    gradient: Tensors | None = None,
+    scale: float | None = None,
+) -> LazyTensors:
+    """The update a client contributes to the mean, made tensor by tensor: ``w^c − w_t``, or with
+    the server step ``w^c − g̃^c − w_t`` (``g̃ = gradient·scale``, or ``gradient`` when ``scale`` is
+    None: the unmodulated unit-norm case)."""
+
+    def make(k: str) -> torch.Tensor:
+        if gradient is None:
+            return client_params[k].detach() - global_params[k]
+        g = gradient[k].detach() if scale is None else gradient[k].detach() * scale
+        return client_params[k].detach() - g - global_params[k]
+
+    return LazyTensors({k: _shape(global_params, k) for k in global_params}, make)
+
+
+@dataclasses.dataclass
+class _Guidance:
+    """The server's record of what client c gets next: ``ClientGuidance`` without the tensors.
+
+    ``gradient`` names the memory entry (the version the adapter used) in the store; ``scale`` is
+    ε·ρ (``None``: the entry is sent unmodulated); g̃ = entry·scale is made when it is sent.
+    """
+
+    gradient: str | None
+    scale: float | None
+    rho: float | None
+    previous_loss: float | None
+    epsilon: float
+
+    def state(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _modulated(entry: Tensors, scale: float | None) -> OrderedDict[str, torch.Tensor]:
+    if scale is None:
+        return OrderedDict((k, v.detach().clone()) for k, v in entry.items())
+    return OrderedDict((k, v.detach() * scale) for k, v in entry.items())
+
+
+SERVER_STATE_FORMAT = 2
 
 
 class FedSummServer:
@@ -529,23 +1019,77 @@ class FedSummServer:
 
     State that must persist between rounds (and across a resume): :meth:`state_dict` — the
     memory gradients, the clients' latest losses, the guidance to send, the ρ sums.
+
+    What is kept per client, and where
+    ----------------------------------
+    The parameter-sized vectors are named, immutable entries of a store (RAM, or one file each on
+    disk: ``state``, :class:`ServerStateConfig`): MG[c] (``memory``, ``state.dtype``), S_c
+    (``tracker.client_sums``) and S_g (``tracker.global_sums``, shared by the clients with the same
+    rounds).  The guidance is *not* a vector of its own: g̃^c = MG[v]·ε·ρ_c is a memory entry times
+    a scalar, so ``guidance`` keeps the entry's name and the scalar and :meth:`guidance_for` makes
+    g̃ when it is sent (the same multiplication as when it was stored, so the same bits); an entry
+    a client's guidance still names stays in the store after MG[v] is replaced (``rank``).  The
+    round itself works client by client and tensor by tensor (:class:`LazyTensors`): besides the
+    replies it holds O(1) parameter-sized tensors, whatever the number of clients.
     """
 
-    def __init__(self, config: FedSummConfig, client_ids: Sequence[str], seed: int) -> None:
+    def __init__(
+        self,
+        config: FedSummConfig,
+        client_ids: Sequence[str],
+        seed: int,
+        state: ServerStateConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
+    ) -> None:
         if not client_ids:
             raise InputError("FedSUMM needs at least one client")
         if len(set(client_ids)) != len(client_ids):
             raise InputError("client ids must be unique")
         self.config = config
+        self.state_config = state or ServerStateConfig()
         self.client_ids = sorted(str(c) for c in client_ids)
         self.client_index = {c: i for i, c in enumerate(self.client_ids)}
         self.seed = int(seed)
-        self.memory: dict[str, OrderedDict[str, torch.Tensor]] = {}
+        self.store = make_vector_store(self.state_config, state_dir)
+        self.memory: dict[str, str] = {}  # client -> name of MG[c] in the store
         self.losses: dict[str, float] = {}
-        self.guidance: dict[str, ClientGuidance] = {}
-        self.tracker = DiscrepancyTracker(config.rho_scope, config.rho_reduction, config.rho_window)
+        self.guidance: dict[str, _Guidance] = {}
+        self.tracker = DiscrepancyTracker(
+            config.rho_scope,
+            config.rho_reduction,
+            config.rho_window,
+            store=self.store,
+            release=self._release,
+        )
         self.last_round = 0
 
+    # -- the store ------------------------------------------------------------------------------
+    def live_names(self) -> set[str]:
+        """The store entries the state refers to (MG, the guidance's entries, the ρ sums)."""
+        names = set(self.memory.values()) | self.tracker.names()
+        names |= {g.gradient for g in self.guidance.values() if g.gradient is not None}
+        return names
+
+    def _release(self) -> None:
+        """Drop the store entries the state no longer refers to (RAM: freed; disk: the files stay
+        until :meth:`collect_garbage`, a kept checkpoint may still name them)."""
+        self.store.retain(self.live_names())
+
+    def state_bytes(self) -> int:
+        """Bytes of the parameter-sized vectors the state holds (in RAM, or on disk)."""
+        return self.store.nbytes()
+
+    def collect_garbage(self, keep: Iterable[str] = ()) -> int:
+        """Disk storage: delete the files neither the state nor ``keep`` (the names a kept
+        checkpoint refers to, :func:`state_names`) needs; returns the bytes freed."""
+        return self.store.collect(set(keep) | self.live_names())
+
+    def memory_entry(self, client: str) -> Mapping[str, torch.Tensor] | None:
+        """MG[client] (float32 tensors; read from disk with disk storage), or None."""
+        name = self.memory.get(client)
+        return None if name is None else self.store.get(name)
+
+    # -- Algorithm 1 ------------------------------------------------------------------------------
     def sample_clients(self, round_index: int) -> list[str]:
         """S_t: a random allocation of the C clients (seeded by seed and round), of size
         ``clients_per_round`` (default all)."""
@@ -564,7 +1108,70 @@ class FedSummServer:
         """What to send ``client`` with w_t: its modulated gradient, ρ and last loss (None at first)."""
         if client not in self.client_index:
             raise InputError(f"unknown client {client!r}")
-        return self.guidance.get(client)
+        rec = self.guidance.get(client)
+        if rec is None:
+            return None
+        gradient = None
+        if rec.gradient is not None:
+            gradient = _modulated(self.store.get(rec.gradient), rec.scale)
+        return ClientGuidance(gradient, rec.rho, rec.previous_loss, rec.epsilon)
+
+    def _start_round(
+        self,
+        round_index: int,
+        global_params: Tensors,
+        replies: Mapping[str, ClientReply],
+        check_gradient: bool,
+    ) -> tuple[list[str], OrderedDict[str, torch.Tensor]]:
+        if not replies:
+            raise InputError(f"round {round_index}: no client replied")
+        unknown = [c for c in replies if c not in self.client_index]
+        if unknown:
+            raise InputError(f"round {round_index}: replies from unknown clients {unknown}")
+        if round_index <= self.last_round:
+            raise InputError(
+                f"round {round_index} already aggregated (last round {self.last_round})"
+            )
+        clients = sorted(replies)  # fixed order: reruns give the same bits
+        w_t = _detached(global_params)
+        for c in clients:
+            _check_same_keys(
+                w_t, replies[c].params, f"round {round_index}, client {c!r} parameters"
+            )
+            if check_gradient:
+                _check_same_keys(
+                    w_t, replies[c].gradient, f"round {round_index}, client {c!r} gradient"
+                )
+        return clients, w_t
+
+    def _rho(
+        self, w_t: Tensors, replies: Mapping[str, ClientReply], clients: Sequence[str]
+    ) -> dict[str, float]:
+        """ρ_c of every replying client (eq. 5–6) against the round's reference model."""
+        if self.config.rho_reference == "round_mean":
+            reference = OrderedDict(
+                (k, sum(replies[c].params[k].detach() for c in clients) / len(clients)) for k in w_t
+            )
+        else:
+            reference = w_t
+        sigma = softmax_normalize(reference, self.config.rho_scope)
+        del reference  # only σ_g,t is needed from here on
+        return self.tracker.update_round(
+            {c: replies[c].params for c in clients}, w_t, global_sigma=sigma
+        )
+
+    def _finish_round(
+        self,
+        round_index: int,
+        w_t: Tensors,
+        updates: Sequence[Tensors],
+        aggregate: Callable[[Sequence[Tensors]], tuple[Tensors, dict]],
+    ) -> tuple[OrderedDict[str, torch.Tensor], dict]:
+        mean_update, info = aggregate(updates)
+        w_next = OrderedDict((k, w_t[k] + mean_update[k].to(w_t[k].dtype)) for k in w_t)
+        self.last_round = round_index
+        self._release()
+        return w_next, info
 
     def server_round(
         self,
@@ -587,35 +1194,20 @@ class FedSummServer:
             ``modulated`` {client: bool}, ``memory_source`` {client: whose MG entry},
             ``aggregate`` (info of the aggregation function, e.g. DP noise scale).
         """
-        if not replies:
-            raise InputError(f"round {round_index}: no client replied")
-        unknown = [c for c in replies if c not in self.client_index]
-        if unknown:
-            raise InputError(f"round {round_index}: replies from unknown clients {unknown}")
-        if round_index <= self.last_round:
-            raise InputError(
-                f"round {round_index} already aggregated (last round {self.last_round})"
-            )
-        clients = sorted(replies)  # fixed order: reruns give the same bits
-        w_t = _detached(global_params)
+        clients, w_t = self._start_round(round_index, global_params, replies, check_gradient=True)
+        for c in clients:  # their guidance was sent with w_t and is replaced below
+            self.guidance.pop(c, None)
         for c in clients:
-            _check_same_keys(
-                w_t, replies[c].params, f"round {round_index}, client {c!r} parameters"
+            self.memory[c] = self.store.put(
+                f"mg-{self.client_index[c]:04d}",
+                replies[c].gradient,
+                self.state_config.torch_dtype,
+                norm=True,
             )
-            _check_same_keys(
-                w_t, replies[c].gradient, f"round {round_index}, client {c!r} gradient"
-            )
-            self.memory[c] = _detached(replies[c].gradient)
             self.losses[c] = float(replies[c].loss)
+            self._release()  # the superseded MG[c], unless a guidance still names it
         order = sort_memory_by_loss(self.losses)
-
-        if self.config.rho_reference == "round_mean":
-            reference = OrderedDict(
-                (k, sum(replies[c].params[k].detach() for c in clients) / len(clients)) for k in w_t
-            )
-        else:
-            reference = w_t
-        rho = {c: self.tracker.update(c, replies[c].params, reference) for c in clients}
+        rho = self._rho(w_t, replies, clients)
 
         log: dict = {
             "round": round_index,
@@ -634,53 +1226,73 @@ class FedSummServer:
             if self.config.memory_assignment == "rank":
                 idx = self.client_index[c]
                 source = order[idx] if idx < len(order) else None
-            if source is None:
-                g_mod, modulated, norm = None, False, math.nan
-            else:
-                g_mod, modulated, norm = modulate_gradient(
-                    self.memory[source],
-                    self.config.epsilon,
-                    rho[c],
-                    self.config.unit_norm_tolerance,
-                )
+            entry_name = None if source is None else self.memory[source]
+            entry, scale, modulated, norm = None, None, False, math.nan
+            if entry_name is not None:
+                # Algorithm 1's adapter (modulate_gradient), g̃ kept as (entry, ε·ρ_c)
+                entry = self.store.get(entry_name)
+                norm = self.store.l2_norm(entry_name)
+                modulated = abs(norm - 1.0) > self.config.unit_norm_tolerance
+                scale = self.config.epsilon * rho[c] if modulated else None
             log["gradient_norms"][c] = norm
             log["modulated"][c] = modulated
             log["memory_source"][c] = source
-            self.guidance[c] = ClientGuidance(g_mod, rho[c], self.losses[c], self.config.epsilon)
-            w_c = replies[c].params
-            if self.config.apply_on_server and g_mod is not None:
-                updates.append(OrderedDict((k, w_c[k].detach() - g_mod[k] - w_t[k]) for k in w_t))
+            self.guidance[c] = _Guidance(
+                entry_name, scale, rho[c], self.losses[c], self.config.epsilon
+            )
+            if self.config.apply_on_server and entry is not None:
+                updates.append(client_update(replies[c].params, w_t, entry, scale))
             else:
-                updates.append(OrderedDict((k, w_c[k].detach() - w_t[k]) for k in w_t))
-        mean_update, info = aggregate(updates)
-        log["aggregate"] = info
-        self.last_round = round_index
-        return OrderedDict((k, w_t[k] + mean_update[k].to(w_t[k].dtype)) for k in w_t), log
+                updates.append(client_update(replies[c].params, w_t))
+        w_next, log["aggregate"] = self._finish_round(round_index, w_t, updates, aggregate)
+        return w_next, log
 
+    # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything that must survive between rounds (save with ``torch.save``)."""
+        """Everything that must survive between rounds (save with ``torch.save``).
+
+        With disk storage the vectors stay in their files and the state names them (a few kB);
+        with memory storage the state holds the tensors (shared ones once).
+        """
         return {
+            "format": SERVER_STATE_FORMAT,
             "config": dataclasses.asdict(self.config),
+            "server_state": dataclasses.asdict(self.state_config),
             "client_ids": list(self.client_ids),
             "seed": self.seed,
             "last_round": self.last_round,
-            "memory": {c: _detached(g) for c, g in self.memory.items()},
+            "memory": dict(self.memory),
             "losses": dict(self.losses),
-            "guidance": {c: dataclasses.asdict(g) for c, g in self.guidance.items()},
+            "guidance": {c: g.state() for c, g in self.guidance.items()},
             "tracker": self.tracker.state_dict(),
+            "store": self.store.state_dict(self.live_names()),
         }
 
     def load_state_dict(self, state: Mapping) -> None:
+        if state.get("format") != SERVER_STATE_FORMAT:
+            raise InputError(
+                f"saved FedSUMM server state has format {state.get('format')}, expected "
+                f"{SERVER_STATE_FORMAT}; delete the cell's checkpoints to restart it"
+            )
         if (
             state["config"] != dataclasses.asdict(self.config)
+            or state["server_state"] != dataclasses.asdict(self.state_config)
             or state["client_ids"] != self.client_ids
             or state["seed"] != self.seed
         ):
             raise InputError(
-                "saved FedSUMM server state was made with another config, client list or seed"
+                "saved FedSUMM server state was made with another config, server_state, client "
+                "list or seed"
             )
+        self.store.load_state_dict(state["store"])
         self.last_round = int(state["last_round"])
-        self.memory = {c: OrderedDict(g) for c, g in state["memory"].items()}
+        self.memory = dict(state["memory"])
         self.losses = dict(state["losses"])
-        self.guidance = {c: ClientGuidance(**g) for c, g in state["guidance"].items()}
+        self.guidance = {c: _Guidance(**g) for c, g in state["guidance"].items()}
         self.tracker.load_state_dict(state["tracker"])
+
+
+def state_names(state: Mapping) -> set[str]:
+    """The store entries a saved server state (:meth:`FedSummServer.state_dict`) refers to."""
+    store = state.get("store") or {}
+    return set(store.get("meta") or store.get("vectors") or {})

@@ -184,8 +184,9 @@ def row_clients_constraint(config: dict, kind: str) -> str:
 
 
 def backbone_inputs(config: dict) -> list[str]:
-    """Text the demo backbone's character vocabulary is built from (none for the hub checkpoint)."""
-    if backbone_settings(config)["kind"] != "tiny":
+    """Text the demo (or shape) backbone's character vocabulary is built from (none for the hub
+    checkpoint)."""
+    if backbone_settings(config)["kind"] not in ("tiny", "shape"):
         return []
     return [f"{RESULTS}/data/{c}/records.jsonl" for c in available_corpora(config)]
 
@@ -195,8 +196,10 @@ def backbone_settings(config: dict) -> dict:
     b.setdefault("kind", "tiny")
     b.setdefault("hub_id", CHINESE_BART_HUB_ID)
     b.setdefault("revision", CHINESE_BART_REVISION)
-    if b["kind"] not in ("tiny", "hub"):
-        raise InputError(f"fedsumm.backbone.kind must be 'tiny' or 'hub', got {b['kind']!r}")
+    if b["kind"] not in ("tiny", "hub", "shape"):
+        raise InputError(
+            f"fedsumm.backbone.kind must be 'tiny', 'hub' or 'shape', got {b['kind']!r}"
+        )
     return b
 
 
@@ -306,6 +309,11 @@ def make_cell(
         "device": f.get("device", "auto"),
         "gpus_per_client": float(f.get("gpus_per_client", 0.0)),
         "clients_per_round": algorithm.get("clients_per_round"),
+        "server_state": {
+            "storage": "memory",
+            "dtype": "float32",
+            **dict(f.get("server_state") or {}),
+        },
         "keep_round_checkpoints": bool(f.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(f.get("round_timeout_s", 3600)),
         "out_dir": cell_dir(corpus, n, model, regime, seed),

@@ -22,7 +22,11 @@ memory and no guidance) -- so the two regimes differ only by the server procedur
   global model on every client (Flower ``evaluate`` messages: validation perplexity, and ROUGE-L
   on the test split when ``rouge_every_round``), into the round's log;
 * ``save_server_state`` / ``__init__``: the server state (MG, losses, guidance, ρ sums) is saved
-  with every round's checkpoint and loaded when the run resumes.
+  with every round's checkpoint and loaded when the run resumes.  With ``fedsumm.server_state.
+  storage: disk`` the vectors are files in ``<cell>/checkpoints/server_state/`` (written once,
+  never changed) and the round's state file names them; a state and the files only it names are
+  deleted when the round after the next starts (unless ``keep_round_checkpoints``), and files a
+  killed run wrote after its last finished round are deleted on resume.
 
 Differential privacy (eq. 9-10)
 -------------------------------
@@ -55,9 +59,11 @@ from fedrepro.papers.fedsumm.algorithm import (
     ClientReply,
     FedSummConfig,
     FedSummServer,
-    _check_same_keys,
-    _detached,
+    LazyTensors,
+    ServerStateConfig,
+    client_update,
     plain_mean,
+    state_names,
 )
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.fl.dp import METRIC_KEYS, dp_median_clip_mean
@@ -86,34 +92,12 @@ class FedAvgServer(FedSummServer):
         replies: Mapping[str, ClientReply],
         aggregate: Callable[[Sequence[Tensors]], tuple[Tensors, dict]] = plain_mean,
     ) -> tuple[OrderedDict[str, torch.Tensor], dict]:
-        if not replies:
-            raise InputError(f"round {round_index}: no client replied")
-        unknown = [c for c in replies if c not in self.client_index]
-        if unknown:
-            raise InputError(f"round {round_index}: replies from unknown clients {unknown}")
-        if round_index <= self.last_round:
-            raise InputError(
-                f"round {round_index} already aggregated (last round {self.last_round})"
-            )
-        clients = sorted(replies)
-        w_t = _detached(global_params)
+        clients, w_t = self._start_round(round_index, global_params, replies, check_gradient=False)
         for c in clients:
-            _check_same_keys(
-                w_t, replies[c].params, f"round {round_index}, client {c!r} parameters"
-            )
             self.losses[c] = float(replies[c].loss)
-        if self.config.rho_reference == "round_mean":
-            reference = OrderedDict(
-                (k, sum(replies[c].params[k].detach() for c in clients) / len(clients)) for k in w_t
-            )
-        else:
-            reference = w_t
-        rho = {c: self.tracker.update(c, replies[c].params, reference) for c in clients}
-        updates = [
-            OrderedDict((k, replies[c].params[k].detach() - w_t[k]) for k in w_t) for c in clients
-        ]
-        mean_update, info = aggregate(updates)
-        self.last_round = round_index
+        rho = self._rho(w_t, replies, clients)
+        updates = [client_update(replies[c].params, w_t) for c in clients]
+        w_next, info = self._finish_round(round_index, w_t, updates, aggregate)
         log = {
             "round": round_index,
             "clients": clients,
@@ -122,11 +106,33 @@ class FedAvgServer(FedSummServer):
             "losses": {c: self.losses[c] for c in clients},
             "aggregate": info,
         }
-        return OrderedDict((k, w_t[k] + mean_update[k].to(w_t[k].dtype)) for k in w_t), log
+        return w_next, log
 
 
 def server_state_path(out_dir: str | Path, round_index: int) -> Path:
     return Path(out_dir) / "checkpoints" / f"fedsumm_server_round_{round_index:03d}.pt"
+
+
+def server_state_dir(out_dir: str | Path) -> Path:
+    """The files of ``fedsumm.server_state.storage: disk``: inside the cell's checkpoints, so the
+    runner's checkpoint policy (discard on a config change, delete after the cell unless
+    ``keep_round_checkpoints``) covers them."""
+    return Path(out_dir) / "checkpoints" / "server_state"
+
+
+def _saved_rounds(out_dir: str | Path) -> list[int]:
+    folder = Path(out_dir) / "checkpoints"
+    if not folder.exists():
+        return []
+    return sorted(int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("fedsumm_server_round_*.pt"))
+
+
+def _lazy_arrays(arrays: ArrayRecord) -> LazyTensors:
+    """An ``ArrayRecord`` as ``{name: Tensor}`` converted one tensor at a time (as
+    ``to_torch_state_dict`` converts them, without holding a second copy of the whole record)."""
+    return LazyTensors(
+        {k: tuple(arrays[k].shape) for k in arrays}, lambda k: torch.from_numpy(arrays[k].numpy())
+    )
 
 
 def _jsonable(x):
@@ -158,7 +164,14 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         self.clients = list(cell["clients"])
         self.pid_of = {c: i for i, c in enumerate(self.clients)}
         server_class = FedSummServer if self.regime == "FedSUMM" else FedAvgServer
-        self.server = server_class(self.algorithm, self.clients, self.seed)
+        self.server_state = ServerStateConfig.from_config(cell.get("server_state"))
+        self.server = server_class(
+            self.algorithm,
+            self.clients,
+            self.seed,
+            state=self.server_state,
+            state_dir=server_state_dir(self.out_dir),
+        )
         dp = cell.get("dp") or {}
         self.dp_enabled = bool(dp.get("enabled", False))
         self.noise_multiplier = float(dp.get("noise_multiplier", 0.0))
@@ -170,6 +183,7 @@ class FedSummStrategy(SortedCheckpointFedAvg):
                     f"{self.out_dir / 'checkpoints'} to restart this cell"
                 )
             self.server.load_state_dict(torch.load(path, weights_only=True))
+        self._collect_garbage()  # files a killed run wrote after its last finished round
         self._global: OrderedDict[str, torch.Tensor] | None = None
         self._grid = None
         self._cell_json = None
@@ -212,6 +226,9 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         return records
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
+        # round t-1 finished (its JSON is written), so a resume starts at t-1 or later: the states
+        # of earlier rounds (and their disk files) can go
+        self._prune_server_states(keep_from=server_round + self.round_offset - 1)
         self._grid = grid
         self._cell_json = str(config["cell"])
         self._global = OrderedDict(
@@ -240,18 +257,22 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         for m in replies:
             metrics = m.content["metrics"]
             client = self.clients[int(metrics["partition-id"])]
-            params = m.content["arrays"].to_torch_state_dict()
+            # converted tensor by tensor when the server reads them: no second copy of every reply
+            params = _lazy_arrays(m.content["arrays"])
             if "train-loss" not in metrics:
                 raise RuntimeError(f"round {absolute_round}: client {client} sent no train-loss")
             if self.algorithm.client_gradient == "delta":
                 # g^c = w_t − w^c_{t+1}: computed here from the returned parameters (nothing extra sent)
-                gradient = OrderedDict((k, self._global[k] - params[k]) for k in params)
+                gradient = LazyTensors(
+                    {k: params.shape_of(k) for k in params},
+                    lambda k, params=params: self._global[k] - params[k],
+                )
             else:
                 if REPLY_GRADIENT not in m.content:
                     raise RuntimeError(
                         f"round {absolute_round}: client {client} sent no {REPLY_GRADIENT!r} record"
                     )
-                gradient = m.content[REPLY_GRADIENT].to_torch_state_dict()
+                gradient = _lazy_arrays(m.content[REPLY_GRADIENT])
             client_replies[client] = ClientReply(params, gradient, float(metrics["train-loss"]))
         w_next, log = self.server.server_round(
             absolute_round,
@@ -347,11 +368,32 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         return _jsonable(extras)
 
     def save_server_state(self, absolute_round: int) -> None:
+        """The server state of round t beside the runner's round checkpoint (atomic).
+
+        With disk storage the file names the vector files (written once, never changed), so a
+        killed run resumes from the last finished round's files; the files only an older state
+        names are deleted once that state is (:meth:`_prune_server_states`)."""
         with atomic_path(server_state_path(self.out_dir, absolute_round), suffix=".pt") as tmp:
             torch.save(self.server.state_dict(), tmp)
-        old = server_state_path(self.out_dir, absolute_round - 2)
-        if old.exists() and not self.cell.get("keep_round_checkpoints", False):
-            old.unlink()  # a resume needs only the last finished round's state
+        self._prune_server_states(keep_from=absolute_round - 1)
+
+    def _prune_server_states(self, keep_from: int) -> None:
+        """Delete the saved server states of rounds before ``keep_from`` (unless
+        ``keep_round_checkpoints``; a resume needs only the last finished round's state), then the
+        disk files that neither the live state nor a kept state refers to."""
+        if not self.cell.get("keep_round_checkpoints", False):
+            for r in _saved_rounds(self.out_dir):
+                if r < keep_from:
+                    server_state_path(self.out_dir, r).unlink()
+        self._collect_garbage()
+
+    def _collect_garbage(self) -> None:
+        if self.server_state.storage != "disk":
+            return
+        keep: set[str] = set()
+        for r in _saved_rounds(self.out_dir):
+            keep |= state_names(torch.load(server_state_path(self.out_dir, r), weights_only=True))
+        self.server.collect_garbage(keep)
 
 
 def make_strategy(cell: dict, **kwargs) -> FedSummStrategy:
