@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from fedrepro.io import InputError, atomic_dir, write_json_atomic
+from fedrepro.models.shapes import model_class
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,15 +74,6 @@ def get_spec(name: str) -> BackboneSpec:
         raise InputError(
             f"unknown backbone {name!r}; known: {sorted(BACKBONES)} (config key: backbones)"
         ) from None
-
-
-def model_class(class_name: str):
-    import transformers
-
-    try:
-        return getattr(transformers, class_name)
-    except AttributeError:
-        raise InputError(f"transformers has no model class {class_name!r}") from None
 
 
 BACKBONE_DOWNLOAD_PATTERNS = ("*.json", "*.txt", "*.model", "*.safetensors")

@@ -320,6 +320,7 @@ def architecture(hub_id: str, config_key: str = "backbones.<name>.hub_id") -> Ar
 
 
 def model_class(class_name: str):
+    """The ``transformers`` model class named ``class_name`` (an InputError when it has none)."""
     import transformers
 
     try:

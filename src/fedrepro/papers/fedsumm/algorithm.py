@@ -111,6 +111,16 @@ _CHOICES = {
 }
 
 
+def _dataclass_from_config(cls, cfg: Mapping | None, key: str):
+    """``cls(**cfg)`` for a config block; keys ``cls`` has no field for are an error naming ``key``."""
+    cfg = dict(cfg or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise InputError(f"unknown keys in {key}: {unknown}; known: {sorted(known)}")
+    return cls(**cfg)
+
+
 @dataclasses.dataclass(frozen=True)
 class FedSummConfig:
     """Every reading of Algorithm 1 / eq. 4–7 that the paper leaves open (module docstring)."""
@@ -146,14 +156,7 @@ class FedSummConfig:
     @classmethod
     def from_config(cls, cfg: Mapping | None) -> FedSummConfig:
         """Build from the ``fedsumm.algorithm`` config block; unknown keys are an error."""
-        cfg = dict(cfg or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise InputError(
-                f"unknown keys in fedsumm.algorithm: {unknown}; known: {sorted(known)}"
-            )
-        return cls(**cfg)
+        return _dataclass_from_config(cls, cfg, "fedsumm.algorithm")
 
 
 # -- small tensor helpers ---------------------------------------------------------------------------
@@ -263,14 +266,7 @@ class ServerStateConfig:
     @classmethod
     def from_config(cls, cfg: Mapping | None) -> ServerStateConfig:
         """Build from the ``fedsumm.server_state`` config block; unknown keys are an error."""
-        cfg = dict(cfg or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise InputError(
-                f"unknown keys in fedsumm.server_state: {unknown}; known: {sorted(known)}"
-            )
-        return cls(**cfg)
+        return _dataclass_from_config(cls, cfg, "fedsumm.server_state")
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
