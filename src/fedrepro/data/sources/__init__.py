@@ -119,6 +119,36 @@ def register(source: Source) -> Source:
     return source
 
 
+def register_seq2seq(
+    name: str,
+    parse: Callable[..., Records],
+    download: Callable[..., Path],
+    write_samples: Callable[..., Any],
+    *,
+    upstream: str,
+    splits: tuple[str, ...] | list[str],
+    lang: str,
+    config_key: str | None = None,
+    whole_folder: bool = False,
+) -> Source:
+    """Register a summarization source (``kind: seq2seq``); ``config_key`` (the key of a local
+    copy) defaults to ``data.<name>.local_dir``."""
+    return register(
+        Source(
+            name=name,
+            kind="seq2seq",
+            parse=parse,
+            download=download,
+            write_samples=write_samples,
+            config_key=config_key or f"data.{name}.local_dir",
+            upstream=upstream,
+            splits=tuple(splits),
+            lang=lang,
+            whole_folder=whole_folder,
+        )
+    )
+
+
 def get(name: str) -> Source:
     """The registered source ``name`` (importing its module on first use)."""
     if name not in SOURCE_MODULES:

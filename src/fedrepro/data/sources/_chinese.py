@@ -51,13 +51,13 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedrepro.data.download import DownloadError
 from fedrepro.data.download import check_reachable as _check_reachable
-from fedrepro.data.sources import SPLIT_ALIASES, Records, split_token
+from fedrepro.data.sources import SPLIT_ALIASES, split_token
 from fedrepro.io import InputError, atomic_dir
 
 log = logging.getLogger(__name__)
@@ -235,30 +235,8 @@ def _url_download_error(exc: DownloadError, layout: str) -> DownloadError:
 
 
 # == registration ================================================================================
-def register_source(
-    name: str,
-    parse: Callable[..., Records],
-    download: Callable[..., Path],
-    write_samples: Callable[..., Any],
-    *,
-    upstream: str,
-    splits: tuple[str, ...],
-    whole_folder: bool = False,
-) -> None:
-    """Register one of the five Chinese sources (they differ only in these fields)."""
+def register_source(name: str, parse, download, write_samples, **fields) -> None:
+    """Register one of the five Chinese sources (``data.<name>.local_dir``, language ``zh``)."""
     from fedrepro.data import sources
 
-    sources.register(
-        sources.Source(
-            name=name,
-            kind="seq2seq",
-            parse=parse,
-            download=download,
-            write_samples=write_samples,
-            config_key=_config_key(name),
-            upstream=upstream,
-            splits=splits,
-            lang="zh",
-            whole_folder=whole_folder,
-        )
-    )
+    sources.register_seq2seq(name, parse, download, write_samples, lang="zh", **fields)

@@ -556,16 +556,7 @@ def register_source(name, parse, download, write_samples, config_key, upstream, 
     """Register one English summarization source (every module of this family has the same shape)."""
     from fedrepro.data import sources
 
-    sources.register(
-        sources.Source(
-            name=name,
-            kind="seq2seq",
-            parse=parse,
-            download=download,
-            write_samples=write_samples,
-            config_key=config_key,
-            upstream=upstream,
-            splits=tuple(splits),
-            lang="en",
-        )
+    sources.register_seq2seq(
+        name, parse, download, write_samples,
+        upstream=upstream, splits=splits, lang="en", config_key=config_key,
     )

@@ -300,30 +300,8 @@ def _hub_download(
     return files
 
 
-def register_source(
-    name: str,
-    parse: Callable[..., Records],
-    download: Callable[..., Path],
-    write_samples: Callable[..., Any],
-    *,
-    upstream: str,
-    splits: tuple[str, ...],
-    whole_folder: bool = False,
-) -> None:
-    """Register one of the four meeting sources (they differ only in these fields)."""
+def register_source(name: str, parse, download, write_samples, **fields) -> None:
+    """Register one of the four meeting sources (``data.<name>.local_dir``, language ``en``)."""
     from fedrepro.data import sources
 
-    sources.register(
-        sources.Source(
-            name=name,
-            kind="seq2seq",
-            parse=parse,
-            download=download,
-            write_samples=write_samples,
-            config_key=_config_key(name),
-            upstream=upstream,
-            splits=splits,
-            lang="en",
-            whole_folder=whole_folder,
-        )
-    )
+    sources.register_seq2seq(name, parse, download, write_samples, lang="en", **fields)
