@@ -44,7 +44,7 @@ import torch
 from fedrepro.papers.fedmcp.methods import LocalHParams, build_model, get_method, local_update
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.data.sources.glue import LABEL_NAMES
-from fedrepro.devices import cell_device, cpu_state, model_device, to_device
+from fedrepro.devices import cell_device, configure_torch, cpu_state, model_device, to_device
 from fedrepro.io import InputError, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -196,12 +196,6 @@ def accuracy(model, examples, batch_size: int, pad_id: int) -> tuple[float, list
 # -- the runner protocol ------------------------------------------------------------------
 def is_federated(cell: dict) -> bool:
     return get_method(cell["method"]).federated
-
-
-def configure_torch(threads: int) -> None:
-    from fedrepro.devices import configure_torch as _configure
-
-    _configure(threads)
 
 
 CLIENT_STATE_PREFIX = "round_"

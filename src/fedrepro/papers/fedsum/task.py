@@ -77,7 +77,7 @@ from fedrepro.papers.fedsum.baselines import (
     baseline_local_update,
     get_baseline,
 )
-from fedrepro.devices import cell_device, cpu_state
+from fedrepro.devices import cell_device, configure_torch, cpu_state
 from fedrepro.io import InputError, read_json, read_jsonl, write_jsonl_atomic
 
 log = logging.getLogger(__name__)
@@ -529,12 +529,6 @@ def broadcast_records(bc: FedSumBroadcast, variant: str, senders: list[str]) -> 
 # -- the runner protocol -----------------------------------------------------------------------
 def is_federated(cell: Mapping) -> bool:
     return check_method(cell["method"]) != "Separate"
-
-
-def configure_torch(threads: int) -> None:
-    from fedrepro.devices import configure_torch as _configure
-
-    _configure(threads)
 
 
 def initial_state(cell: Mapping) -> OrderedDict[str, torch.Tensor]:

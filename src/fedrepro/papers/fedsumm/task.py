@@ -70,7 +70,7 @@ from fedrepro.papers.fedsumm.algorithm import (
     trainable_state,
 )
 from fedrepro.data.seq2seq import IGNORE_INDEX, derive_seed
-from fedrepro.devices import cell_device, cpu_state, model_device, to_device
+from fedrepro.devices import cell_device, configure_torch, cpu_state, model_device, to_device
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -92,12 +92,6 @@ REPLY_STEPS = "fedsumm-steps"
 """Reply record: the client's per-step training losses (``step-losses``)."""
 REPLY_GRADIENT = "fedsumm-gradient"
 """Reply record (``client_gradient: mean_batch_gradient`` only): the client's gradient g^c."""
-
-
-def configure_torch(threads: int) -> None:
-    from fedrepro.devices import configure_torch as _configure
-
-    _configure(threads)
 
 
 def _check_cell(cell: Mapping) -> None:
