@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test lint dry-run-paper clean
+.PHONY: demo test lint dry-run-paper rehearse clean
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -24,6 +24,13 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 	$(BIN)/lint-imports
+
+# The paper grid's code paths, a few steps each at true model size (random weights where no
+# checkpoint can be fetched), under results/rehearsal/; the report says what failed, if anything.
+rehearse: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores all --keep-going --configfile config/paper.yaml config/rehearsal.yaml \
+	  || ($(BIN)/python -m fedrepro.rehearsal.report results/rehearsal; exit 1)
+	@cat results/rehearsal/report.md
 
 dry-run-paper: $(STAMP)
 	$(BIN)/snakemake -n --configfile config/paper.yaml

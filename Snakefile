@@ -2,12 +2,19 @@
 #   snakemake --cores all                                  demo scale (CPU, minutes)
 #   snakemake --cores all adafedseleckd_table3             one table (also fedmcp_table1, fedsumm_table1, ...)
 #   snakemake --configfile config/paper.yaml --profile profiles/slurm   paper scale
+#   snakemake --configfile config/paper.yaml --config rehearsal=true    paper-scale rehearsal
+#     (every code path a few steps at true size, all under results/rehearsal/; `make rehearse`)
 from snakemake.utils import min_version
 
 min_version("9.19")
 
 
 configfile: "config/config.yaml"
+
+
+if config.get("rehearsal"):
+    # a rehearsal reads and writes only under results/rehearsal/ (fedrepro.rehearsal)
+    workdir: "results/rehearsal"
 
 
 include: "rules/common.smk"
@@ -18,11 +25,15 @@ include: "rules/adafedseleckd.smk"
 include: "rules/fedmcp.smk"
 include: "rules/fedsumm.smk"
 include: "rules/fedsum.smk"
+include: "rules/rehearsal.smk"
 
 
 rule all:
     default_target: True
     input:
+        ["report.json", "report.md"]
+        if config.get("rehearsal")
+        else [
         ADAFEDSELECKD_TABLES,
         FEDMCP_ALL,
         FEDSUMM_ALL,
@@ -33,3 +44,4 @@ rule all:
             "results/data/{source}/oracle_labels.jsonl",
             source=config["partitions"]["fedsum"]["datasets"],
         ),
+        ],

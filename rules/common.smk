@@ -17,6 +17,12 @@ validate_config(
 
 from fedrepro.models.backbones import BACKBONES
 
+if config.get("rehearsal"):
+    # the paper grid reduced to its code paths, a few steps each (fedrepro.rehearsal.plan)
+    from fedrepro.rehearsal.plan import apply as _rehearsal
+
+    _rehearsal(config, workflow.basedir)
+
 
 SPLITS = ["train", "val", "test"]
 

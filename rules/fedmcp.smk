@@ -63,6 +63,8 @@ rule fedmcp_evaluate_cell:
         runtime=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["runtime"],
     log:
         "logs/fedmcp_evaluate_cell/{fm_backbone}/{fm_method}/seed~{seed}.log",
+    benchmark:
+        "benchmarks/fedmcp_evaluate_cell/{fm_backbone}/{fm_method}/seed~{seed}.tsv"
     conda:
         "../envs/train.yaml"
     script:

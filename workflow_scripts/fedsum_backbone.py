@@ -1,6 +1,10 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
+from fedrepro.models.backbones import fetch_or_shape  # noqa: E402
 from fedrepro.papers.fedsum.task import prepare_bert_backbone  # noqa: E402
 
-prepare_bert_backbone(dict(snakemake.params.settings), list(snakemake.input), snakemake.output[0])
+fetch_or_shape(
+    dict(snakemake.params.settings),
+    lambda settings: prepare_bert_backbone(settings, list(snakemake.input), snakemake.output[0]),
+)

@@ -54,3 +54,46 @@ def configure_torch(threads: int) -> None:
     """Fix the intra-op thread count: same count, same reduction order, same bits."""
     torch.set_num_threads(max(1, int(threads)))
     torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class StepTimer:
+    """Time optimizer steps (forward, backward, update) for the rehearsal report and provenance.
+
+    ``with timer.step(): ...`` around one step; :meth:`stats` gives ``seconds_steps`` (the sum),
+    ``steps`` is not repeated here (the training loops count their batches themselves) and, on
+    CUDA, ``peak_gpu_mb`` (``torch.cuda.max_memory_allocated`` of this process).  On CUDA the
+    timer synchronises before reading the clock, so a step's time is its kernels' time.  Keys
+    starting with ``seconds`` or ``peak`` are measurements: the strategy moves them out of the
+    round log (a result) into the cell's timing files (provenance), see
+    :data:`fedrepro.fl.strategy.MEASUREMENT_PREFIXES`.
+    """
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.cuda = torch.device(device or "cpu").type == "cuda"
+        self.seconds = 0.0
+        self.steps = 0
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def step(self):
+        import contextlib
+        import time
+
+        @contextlib.contextmanager
+        def _timed():
+            self._sync()
+            t0 = time.perf_counter()
+            yield
+            self._sync()
+            self.seconds += time.perf_counter() - t0
+            self.steps += 1
+
+        return _timed()
+
+    def stats(self) -> dict:
+        out = {"seconds_steps": self.seconds, "seconds_per_step": self.seconds / max(self.steps, 1)}
+        if self.cuda:
+            out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        return out

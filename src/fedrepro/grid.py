@@ -7,7 +7,7 @@ grid takes seconds. Each paper's own grid (cells, paths, targets) is ``fedrepro.
 from __future__ import annotations
 
 from fedrepro.io import InputError
-from fedrepro.models.backbones import get_spec
+from fedrepro.models.backbones import builds_locally, get_spec
 
 RESULTS = "results"
 
@@ -127,8 +127,19 @@ def setting_seeds(config: dict) -> list[int]:
 def backbone_train_files(config: dict, backbone: str) -> list[str]:
     """Text a tiny backbone learns its vocabulary (and warm-up) from, and a shape backbone its
     tokenizer; none for a hub backbone."""
-    if backbone_settings(config, backbone)["kind"] not in ("tiny", "shape"):
+    if not builds_locally(backbone_settings(config, backbone)):
         return []
     if get_spec(backbone).model_class == "RobertaForMaskedLM":
         return [f"{RESULTS}/data/glue/records.jsonl"]
     return [f"{RESULTS}/data/qmsum/records.jsonl"]
+
+
+def rehearsal_cell(config: dict) -> dict:
+    """``{"rehearsal": {examples_per_client, eval_examples}}`` for a cell of a rehearsal
+    (``rehearsal: true``, :mod:`fedrepro.rehearsal`), ``{}`` otherwise -- so a normal cell's
+    description, and its config hash, are unchanged.  Spread it into a paper's ``make_cell``."""
+    if not config.get("rehearsal"):
+        return {}
+    s = section(config, "rehearsal_settings")
+    return {"rehearsal": {"examples_per_client": int(s["examples_per_client"]),
+                          "eval_examples": int(s["eval_examples"])}}

@@ -36,8 +36,10 @@ from fedrepro.fl.checkpoint import (
     read_failure,
     round_log,
     save_state,
+    timing_log,
 )
 from fedrepro.fl.server_app import make_server_app, run_server, start_point
+from fedrepro.fl.strategy import is_measurement, peak_rss_mb
 from fedrepro.fl.tasks import task_for
 from fedrepro.io import InputError, write_json_atomic
 
@@ -166,8 +168,16 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
         OrderedDict((f"{c}::{k}", v) for c in sorted(finals) for k, v in finals[c].items()),
     )
     rounds_log = round_log(cell["out_dir"], rounds)
+    timing = {t["round"]: t for t in timing_log(cell["out_dir"], rounds)}
     for entry in rounds_log:
-        entry.pop("seconds", None)  # timing is provenance, not a result
+        seconds = entry.pop("seconds", None)  # timing is provenance, not a result
+        if seconds is not None and entry["round"] not in timing:  # a local run's round
+            timing[entry["round"]] = {"round": entry["round"], "seconds": seconds, "clients": [
+                {k: v for k, v in c.items() if is_measurement(k)} for c in entry.get("clients", [])
+            ]}
+        for c in entry.get("clients", []):
+            for key in [k for k in c if is_measurement(k)]:
+                c.pop(key)
     write_json_atomic(log_out, {"rounds": rounds_log})
     write_json_atomic(
         provenance_out,
@@ -180,6 +190,8 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
             "packages": _package_versions(),
             "machine": _machine(),
             "wall_time_s": round(time.time() - t0, 3),
+            "timing": {"rounds": [timing[r] for r in sorted(timing)], "peak_rss_mb": peak_rss_mb(),
+                       "note": "rounds resumed from a checkpoint have no timing entry"},
             "parameters": task.parameter_report(cell),
             "bytes_per_round": [
                 {"round": e["round"], "down": e["bytes_down"], "up": e["bytes_up"]} for e in rounds_log

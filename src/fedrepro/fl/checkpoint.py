@@ -98,6 +98,16 @@ def round_log(out_dir: str | Path, upto: int) -> list[dict]:
     return [read_json(checkpoint_paths(out_dir, r)[1]) for r in range(1, upto + 1)]
 
 
+def timing_path(out_dir: str | Path, round_index: int) -> Path:
+    """Measured times of a round (provenance, not a result): ``checkpoints/timing_round_XXX.json``."""
+    return Path(out_dir) / "checkpoints" / f"timing_round_{round_index:03d}.json"
+
+
+def timing_log(out_dir: str | Path, upto: int) -> list[dict]:
+    """The rounds' timing files that exist (a round resumed from a checkpoint has none)."""
+    return [read_json(p) for r in range(1, upto + 1) if (p := timing_path(out_dir, r)).exists()]
+
+
 def read_failure(out_dir: str | Path) -> str | None:
     path = Path(out_dir) / "checkpoints" / "failure.json"
     if path.exists():

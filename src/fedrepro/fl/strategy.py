@@ -28,10 +28,18 @@ from pathlib import Path
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from fedrepro.fl.checkpoint import checkpoint_paths, save_state
+from fedrepro.fl.checkpoint import checkpoint_paths, save_state, timing_path
 from fedrepro.io import write_json_atomic
 
 log = logging.getLogger(__name__)
+
+MEASUREMENT_PREFIXES = ("seconds", "peak")
+"""Client statistics that are measurements (times, memory), not results: kept out of the round
+log (same seed, same bits) and written to the round's timing file instead."""
+
+
+def is_measurement(key: str) -> bool:
+    return key.replace("-", "_").startswith(MEASUREMENT_PREFIXES)
 
 
 def payload_bytes(arrays: ArrayRecord) -> int:
@@ -54,6 +62,7 @@ class SortedCheckpointFedAvg(FedAvg):
         self._down_bytes = 0
         self._down_record_bytes = 0
         self._n_sampled = 0
+        self._round_t0 = time.perf_counter()
         self._node_of: dict[int, int] | None = None  # partition id -> node id
 
     # -- which node is which client --------------------------------------------------------
@@ -104,6 +113,7 @@ class SortedCheckpointFedAvg(FedAvg):
                                   **self.client_records(absolute, pid)})
             messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=node_of[pid]))
         self._n_sampled = len(messages)
+        self._round_t0 = time.perf_counter()
         self._down_bytes = payload_bytes(arrays) * len(messages)
         self._down_record_bytes = arrays.count_bytes() * len(messages)
         return messages
@@ -134,14 +144,17 @@ class SortedCheckpointFedAvg(FedAvg):
             raise RuntimeError(f"round {absolute} failed: {reason}")
         replies.sort(key=lambda m: int(m.content["metrics"]["partition-id"]))
         arrays, metrics = self.aggregate_arrays(absolute, replies)
-        clients = []
+        clients, measured = [], []
         for m in replies:
             rec = m.content["metrics"]
             sent = m.content["arrays"]
             entry = {"partition_id": int(rec["partition-id"]), "num_examples": int(rec["num-examples"])}
+            times = {"partition_id": int(rec["partition-id"])}
             for key in sorted(rec.keys()):
-                if key not in ("partition-id", "num-examples") and not key.startswith("seconds"):
-                    entry[key.replace("-", "_")] = rec[key]
+                if key in ("partition-id", "num-examples"):
+                    continue
+                (times if is_measurement(key) else entry)[key.replace("-", "_")] = rec[key]
+            measured.append(times)
             entry["uplink_tensors"] = {k: list(a.shape) for k, a in sent.items()}
             entry["uplink_bytes"] = payload_bytes(sent)
             clients.append(entry)
@@ -152,15 +165,27 @@ class SortedCheckpointFedAvg(FedAvg):
             "bytes_up": sum(c["uplink_bytes"] for c in clients),
             "record_bytes_down": self._down_record_bytes,
             "record_bytes_up": sum(m.content["arrays"].count_bytes() for m in replies),
-            "aggregated_metrics": dict(metrics) if metrics is not None else {},
+            "aggregated_metrics": {k: v for k, v in (metrics or {}).items() if not is_measurement(k)},
             **self.round_extras(absolute, replies),
         }
 
         tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
         save_state(tensors_path, arrays.to_torch_state_dict())
         self.save_server_state(absolute)
+        write_json_atomic(
+            timing_path(self.out_dir, absolute),
+            {"round": absolute, "seconds": time.perf_counter() - self._round_t0,
+             "server_peak_rss_mb": peak_rss_mb(), "clients": measured},
+        )
         write_json_atomic(meta_path, entry)
         return arrays, metrics
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MB; Linux reports ``ru_maxrss`` in KB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def metric_record(stats: dict, partition_id: int) -> MetricRecord:

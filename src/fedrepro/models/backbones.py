@@ -12,12 +12,15 @@ writes it at its true dimensions with random weights (``kind: shape``, :mod:`fed
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from fedrepro.io import InputError, atomic_dir, write_json_atomic
 from fedrepro.models.shapes import model_class
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,3 +432,37 @@ def prepare_backbone_from_files(settings: dict, train_files: Sequence[str], out_
     tokenizer_texts = [r["input"] for r in records] + [r["target"] for r in records]
     warmup_texts = [r["input"] for r in records]
     return prepare_backbone(settings, tokenizer_texts, out_dir, warmup_texts=warmup_texts)
+
+
+def builds_locally(settings: Mapping) -> bool:
+    """Whether preparing a backbone may need the training text: a tiny or shape backbone, or a hub
+    backbone with the rehearsal's ``fallback: shape`` (:func:`fetch_or_shape`)."""
+    return settings.get("kind") in ("tiny", "shape") or (
+        settings.get("kind", "hub") == "hub" and settings.get("fallback") == "shape"
+    )
+
+
+def fetch_or_shape(settings: Mapping, prepare: Callable[[dict], Path]) -> Path:
+    """``prepare(settings)``; for a rehearsal's hub backbone (``fallback: shape``, set by
+    :func:`fedrepro.rehearsal.plan.apply`) whose checkpoint cannot be fetched, log why and
+    ``prepare`` it as ``kind: shape`` instead (the true dimensions, random weights).  Outside a
+    rehearsal nothing falls back: a missing checkpoint is an error, never random weights."""
+    settings = dict(settings)
+    fallback = settings.pop("fallback", None)
+    if fallback is None:
+        return prepare(settings)
+    if fallback != "shape":
+        raise InputError(f"backbone fallback must be 'shape', got {fallback!r}")
+    if settings.get("kind", "hub") != "hub":
+        return prepare(settings)
+    try:
+        return prepare(settings)
+    except Exception as exc:  # noqa: BLE001 - any fetch failure: the rehearsal goes on, logged
+        name = settings.get("name") or settings.get("hub_id")
+        log.warning(
+            "%s: checkpoint %s@%s could not be fetched (%s: %s); REHEARSAL: building %s at its "
+            "true dimensions with random weights (kind: shape) -- shapes, memory and speed only",
+            name, settings.get("hub_id"), settings.get("revision"), type(exc).__name__,
+            str(exc).splitlines()[0][:300] if str(exc) else "", settings.get("hub_id"),
+        )
+        return prepare({**settings, "kind": "shape"})

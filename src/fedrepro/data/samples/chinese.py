@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedrepro.data.samples import check_scale
 from fedrepro.data.sources._chinese import NAMES
 from fedrepro.data.sources.csl import CSL_PROMPT
 from fedrepro.data.sources.thucnews import thucnews_split
@@ -41,8 +42,11 @@ __all__ = [
 Pair = tuple[str, str]
 
 
-def _rng(name: str, split: str, seed: int) -> random.Random:
-    return random.Random(f"fedrepro.chinese/{name}/{split}/{seed}")
+def _rng(name: str, split: str, seed: int, copy: int = 0) -> random.Random:
+    """The stream of one file; copy ``k >= 1`` (the ``k``-th extra copy of a file of a sample
+    written with ``scale > 1``) appends ``/scale/{k}`` to the ``scale=1`` stream's name."""
+    base = f"fedrepro.chinese/{name}/{split}/{seed}"
+    return random.Random(base if copy == 0 else f"{base}/scale/{copy}")
 
 
 def _pick(rng: random.Random, items: Sequence[Any]) -> Any:
@@ -223,21 +227,24 @@ _CSL_FAMILIES: tuple[Callable[[random.Random], Pair], ...] = (
 CSL_SAMPLE_SIZES: dict[str, int] = {"train.tsv": 40, "dev.tsv": 20, "test.tsv": 20}
 
 
-def write_csl_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_csl_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
     """Write ``train.tsv``/``dev.tsv``/``test.tsv`` in CSL's raw ``to title \\t abstract \\t title``
     layout (engineering, medicine, agriculture and economics abstracts; mixed full- and half-width
-    punctuation as in the real files). Returns ``{file name: rows}``."""
+    punctuation as in the real files), ``scale`` × :data:`CSL_SAMPLE_SIZES` rows each (extra copies
+    appended, ids are line numbers). Returns ``{file name: rows}``."""
+    scale = check_scale(scale)
     out_dir = Path(out_dir)
     for filename, n in CSL_SAMPLE_SIZES.items():
-        rng = _rng("csl", filename, seed)
         lines = []
-        for _ in range(n):
-            abstract, title = _pick(rng, _CSL_FAMILIES)(rng)
-            if rng.random() < 0.6:  # most CSL abstracts use half-width punctuation
-                abstract = abstract.translate(_HALF_WIDTH)
-            lines.append(f"{CSL_PROMPT}\t{abstract}\t{title}\n")
+        for k in range(scale):
+            rng = _rng("csl", filename, seed, k)
+            for _ in range(n):
+                abstract, title = _pick(rng, _CSL_FAMILIES)(rng)
+                if rng.random() < 0.6:  # most CSL abstracts use half-width punctuation
+                    abstract = abstract.translate(_HALF_WIDTH)
+                lines.append(f"{CSL_PROMPT}\t{abstract}\t{title}\n")
         write_text_atomic(out_dir / filename, "".join(lines))
-    return dict(CSL_SAMPLE_SIZES)
+    return {filename: n * scale for filename, n in CSL_SAMPLE_SIZES.items()}
 
 
 # -- LCSTS: Weibo post -> headline ---------------------------------------------------------------
@@ -342,16 +349,23 @@ _LCSTS_FAMILIES: tuple[Callable[[random.Random], Pair], ...] = (
 LCSTS_SAMPLE_SIZES: dict[str, int] = {"train": 40, "val": 20, "test": 20}
 
 
-def write_lcsts_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_lcsts_samples(
+    out_dir: str | os.PathLike, seed: int = 0, scale: int = 1
+) -> dict[str, int]:
     """Write ``<split>.src.txt`` (Weibo-style posts, ~100 characters) and ``<split>.tgt.txt``
-    (headline summaries) for train/val/test, one pair per line. Returns ``{split: pairs}``."""
+    (headline summaries) for train/val/test, one pair per line, ``scale`` ×
+    :data:`LCSTS_SAMPLE_SIZES` pairs each (extra copies appended, ids are line numbers). Returns
+    ``{split: pairs}``."""
+    scale = check_scale(scale)
     out_dir = Path(out_dir)
     for split, n in LCSTS_SAMPLE_SIZES.items():
-        rng = _rng("lcsts", split, seed)
-        pairs = [_pick(rng, _LCSTS_FAMILIES)(rng) for _ in range(n)]
+        pairs = []
+        for k in range(scale):
+            rng = _rng("lcsts", split, seed, k)
+            pairs += [_pick(rng, _LCSTS_FAMILIES)(rng) for _ in range(n)]
         write_text_atomic(out_dir / f"{split}.src.txt", "".join(f"{t}\n" for t, _ in pairs))
         write_text_atomic(out_dir / f"{split}.tgt.txt", "".join(f"{s}\n" for _, s in pairs))
-    return dict(LCSTS_SAMPLE_SIZES)
+    return {split: n * scale for split, n in LCSTS_SAMPLE_SIZES.items()}
 
 
 # -- NLPCC 2017: Toutiao news article -> summary ---------------------------------------------------
@@ -469,21 +483,26 @@ NLPCC2017_SAMPLE_SIZES: dict[str, int] = {
 }
 
 
-def write_nlpcc2017_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_nlpcc2017_samples(
+    out_dir: str | os.PathLike, seed: int = 0, scale: int = 1
+) -> dict[str, int]:
     """Write ``train_with_summ.txt`` and ``evaluation_with_ground_truth.txt`` in the official JSON
-    lines layout ``{"summarization": ..., "article": ...}`` (articles with ``<Paragraph>`` markers).
-    Returns ``{file name: pairs}``."""
+    lines layout ``{"summarization": ..., "article": ...}`` (articles with ``<Paragraph>`` markers),
+    ``scale`` × :data:`NLPCC2017_SAMPLE_SIZES` pairs each (extra copies appended, ids are line
+    numbers). Returns ``{file name: pairs}``."""
+    scale = check_scale(scale)
     out_dir = Path(out_dir)
     for filename, n in NLPCC2017_SAMPLE_SIZES.items():
-        rng = _rng("nlpcc2017", filename, seed)
         lines = []
-        for _ in range(n):
-            article, summary = _pick(rng, _NLPCC_FAMILIES)(rng)
-            article = f"{article}{P}{_nlpcc_background(rng)}"
-            obj = {"summarization": summary, "article": article}
-            lines.append(json.dumps(obj, ensure_ascii=False) + "\n")
+        for k in range(scale):
+            rng = _rng("nlpcc2017", filename, seed, k)
+            for _ in range(n):
+                article, summary = _pick(rng, _NLPCC_FAMILIES)(rng)
+                article = f"{article}{P}{_nlpcc_background(rng)}"
+                obj = {"summarization": summary, "article": article}
+                lines.append(json.dumps(obj, ensure_ascii=False) + "\n")
         write_text_atomic(out_dir / filename, "".join(lines))
-    return dict(NLPCC2017_SAMPLE_SIZES)
+    return {filename: n * scale for filename, n in NLPCC2017_SAMPLE_SIZES.items()}
 
 
 # -- THUCNews: Sina news body -> title ----------------------------------------------------------
@@ -632,28 +651,38 @@ _THUC_BASE = {
 THUCNEWS_SAMPLE_SIZES: dict[str, int] = {"train": 30, "val": 20, "test": 20}
 
 
-def write_thucnews_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_thucnews_samples(
+    out_dir: str | os.PathLike, seed: int = 0, scale: int = 1
+) -> dict[str, int]:
     """Write ``THUCNews/<类别>/<n>.txt`` documents (title line, then U+3000-indented paragraphs) for
-    six categories, choosing file numbers so that :func:`thucnews_split` gives
-    :data:`THUCNEWS_SAMPLE_SIZES` documents per split. Returns ``{split: documents}``."""
+    six categories, choosing file numbers so that :func:`thucnews_split` gives ``scale`` ×
+    :data:`THUCNEWS_SAMPLE_SIZES` documents per split. Returns ``{split: documents}``.
+
+    Copy 0 (the ``scale=1`` sample) numbers a category's files ``base … base+19999`` from the
+    category's first release number; extra copy ``k`` draws from its own stream and its own block
+    ``base + 20000·k …``, so file names (and record ids) never repeat."""
+    scale = check_scale(scale)
     out_dir = Path(out_dir)
-    rng = _rng("thucnews", "all", seed)
-    want = dict(THUCNEWS_SAMPLE_SIZES)
     categories = list(_THUC_FAMILIES)
-    used: set[tuple[str, int]] = set()
-    i = 0
-    while any(want.values()):
-        category = categories[i % len(categories)]
-        number = _THUC_BASE[category] + rng.randrange(20000)
-        split = thucnews_split(category, str(number))
-        if want[split] == 0 or (category, number) in used:
-            continue
-        used.add((category, number))
-        want[split] -= 1
-        i += 1
-        body, title = _THUC_FAMILIES[category](rng)
-        write_text_atomic(out_dir / "THUCNews" / category / f"{number}.txt", f"{title}\n{body}\n")
-    return dict(THUCNEWS_SAMPLE_SIZES)
+    for k in range(scale):
+        rng = _rng("thucnews", "all", seed, k)
+        want = dict(THUCNEWS_SAMPLE_SIZES)
+        used: set[tuple[str, int]] = set()
+        i = 0
+        while any(want.values()):
+            category = categories[i % len(categories)]
+            number = _THUC_BASE[category] + 20000 * k + rng.randrange(20000)
+            split = thucnews_split(category, str(number))
+            if want[split] == 0 or (category, number) in used:
+                continue
+            used.add((category, number))
+            want[split] -= 1
+            i += 1
+            body, title = _THUC_FAMILIES[category](rng)
+            write_text_atomic(
+                out_dir / "THUCNews" / category / f"{number}.txt", f"{title}\n{body}\n"
+            )
+    return {split: n * scale for split, n in THUCNEWS_SAMPLE_SIZES.items()}
 
 
 # -- EDUCATION: education-industry short text -> summary (documented local format) --------------
@@ -729,22 +758,31 @@ _EDU_FAMILIES: tuple[Callable[[random.Random], Pair], ...] = (
 EDUCATION_SAMPLE_SIZES: dict[str, int] = {"train": 40, "val": 20, "test": 20}
 
 
-def write_education_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_education_samples(
+    out_dir: str | os.PathLike, seed: int = 0, scale: int = 1
+) -> dict[str, int]:
     """Write ``train.jsonl``/``val.jsonl``/``test.jsonl`` in the local-copy format
-    ``{"id", "content", "summary"}`` (education-industry news briefs). Returns ``{split: records}``.
-    """
+    ``{"id", "content", "summary"}`` (education-industry news briefs), ``scale`` ×
+    :data:`EDUCATION_SAMPLE_SIZES` records each. Returns ``{split: records}``.
+
+    The ``scale=1`` ids run ``edu000000 …`` over the three splits; extra copy ``k`` of a split
+    appends records whose ids continue after ``k`` times all ``scale=1`` ids."""
+    scale = check_scale(scale)
     out_dir = Path(out_dir)
+    total = sum(EDUCATION_SAMPLE_SIZES.values())
     offset = 0
     for split, n in EDUCATION_SAMPLE_SIZES.items():
-        rng = _rng("education", split, seed)
         lines = []
-        for k in range(n):
-            content, summary = _pick(rng, _EDU_FAMILIES)(rng)
-            obj = {"id": f"edu{offset + k:06d}", "content": content, "summary": summary}
-            lines.append(json.dumps(obj, ensure_ascii=False) + "\n")
+        for copy in range(scale):
+            rng = _rng("education", split, seed, copy)
+            for k in range(n):
+                content, summary = _pick(rng, _EDU_FAMILIES)(rng)
+                doc_id = f"edu{copy * total + offset + k:06d}"
+                obj = {"id": doc_id, "content": content, "summary": summary}
+                lines.append(json.dumps(obj, ensure_ascii=False) + "\n")
         offset += n
         write_text_atomic(out_dir / f"{split}.jsonl", "".join(lines))
-    return dict(EDUCATION_SAMPLE_SIZES)
+    return {split: n * scale for split, n in EDUCATION_SAMPLE_SIZES.items()}
 
 
 SAMPLE_WRITERS: dict[str, Callable[..., dict[str, int]]] = {
@@ -757,15 +795,16 @@ SAMPLE_WRITERS: dict[str, Callable[..., dict[str, int]]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fedrepro.data.samples.chinese OUT_ROOT [--seed N] [--only NAME ...]``: write
-    the samples of the five sources to ``OUT_ROOT/<name>/``."""
+    """``python -m fedrepro.data.samples.chinese OUT_ROOT [--seed N] [--scale N] [--only NAME ...]``:
+    write the samples of the five sources to ``OUT_ROOT/<name>/``."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("out_root", type=Path)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=int, default=1)
     parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES))
     args = parser.parse_args(argv)
     for name in args.only:
-        counts = SAMPLE_WRITERS[name](args.out_root / name, seed=args.seed)
+        counts = SAMPLE_WRITERS[name](args.out_root / name, seed=args.seed, scale=args.scale)
         print(f"{name}: {counts}", file=sys.stderr)
     return 0
 

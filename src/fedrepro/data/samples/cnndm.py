@@ -280,17 +280,25 @@ def generate_article(rng: random.Random, raw_id: str) -> dict:
     return {"article": article, "highlights": "\n".join(hl), "id": raw_id}
 
 
-def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
     """Write ``train.jsonl``/``validation.jsonl``/``test.jsonl`` (hub field names and order, JSON lines
     instead of Parquet so the committed bytes do not depend on the Parquet writer's version) with
-    :data:`SAMPLE_SIZES` articles; byte-identical for the same ``seed``."""
+    ``scale`` × :data:`SAMPLE_SIZES` articles; byte-identical for the same ``seed`` and ``scale``.
+
+    ``scale > 1`` appends copies ``k = 1 … scale-1`` of each split, drawn from
+    ``random.Random(f"cnndm-{seed}-{split}/scale/{k}")``; article ``i`` (counted over all copies)
+    keeps the id ``sha1(f"cnndm-{seed}-{split}-{i}")``, so ids never repeat."""
+    scale = en.check_scale(scale)
     out_dir = Path(out_dir)
     counts: dict[str, int] = {}
     for split in en.SPLITS:
-        rng = random.Random(f"cnndm-{seed}-{split}")
+        n = SAMPLE_SIZES[split]
         objs = []
-        for i in range(SAMPLE_SIZES[split]):
-            raw_id = hashlib.sha1(f"cnndm-{seed}-{split}-{i}".encode()).hexdigest()
-            objs.append(generate_article(rng, raw_id))
+        for k in range(scale):
+            name = f"cnndm-{seed}-{split}"
+            rng = random.Random(name) if k == 0 else en.scale_rng(name, k)
+            for i in range(k * n, (k + 1) * n):
+                raw_id = hashlib.sha1(f"cnndm-{seed}-{split}-{i}".encode()).hexdigest()
+                objs.append(generate_article(rng, raw_id))
         counts[split] = en.write_jsonl_ordered(out_dir / _SAMPLE_FILES[split], objs)
     return counts

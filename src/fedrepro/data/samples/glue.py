@@ -13,6 +13,7 @@ import random
 import re
 from pathlib import Path
 
+from fedrepro.data.samples import check_scale
 from fedrepro.data.sources.glue import _SPECS, TASKS
 from fedrepro.io import write_text_atomic
 
@@ -475,9 +476,18 @@ _GENERATORS = {
 }
 
 
-def _sample_rows(task: str, split: str, n: int, seed: int) -> list[list[str]]:
-    """``n`` rows of ``task``/``split`` in the GLUE release columns (see :data:`_HEADERS`)."""
-    rng = random.Random(f"glue-{seed}-{task}-{split}")
+def _sample_rows(
+    task: str, split: str, n: int, seed: int, copy: int = 0, id_base: int | None = None
+) -> tuple[list[list[str]], int]:
+    """``n`` rows of ``task``/``split`` in the GLUE release columns (see :data:`_HEADERS`) and the
+    base of their pair ids.
+
+    ``copy`` 0 is the ``scale=1`` sample, from ``random.Random(f"glue-{seed}-{task}-{split}")``;
+    copy ``k >= 1`` (an extra copy of a scaled sample) draws from the same name plus
+    ``/scale/{k}``, numbers its rows ``k*n …`` on and, given copy 0's ``id_base``, continues its
+    pair ids, so that indices and pair ids stay unique over all copies."""
+    name = f"glue-{seed}-{task}-{split}"
+    rng = random.Random(name if copy == 0 else f"{name}/scale/{copy}")
     spec = _SPECS[task]
     k = len(spec.labels)
     # balanced labels in shuffled order (MRPC leans positive like the real set: 2 of 3)
@@ -486,8 +496,10 @@ def _sample_rows(task: str, split: str, n: int, seed: int) -> list[list[str]]:
     labels = labels[:n]
     rng.shuffle(labels)
     rows: list[list[str]] = []
-    id_base = rng.randrange(100_000, 3_000_000)
-    for i, label in enumerate(labels):
+    own_base = rng.randrange(100_000, 3_000_000)
+    if id_base is None:
+        id_base = own_base
+    for i, label in enumerate(labels, start=copy * n):
         if task == "MNLI":
             s1, s2, genre = _mnli_row(rng, label)
             prompt = rng.randrange(1000, 150_000)
@@ -530,11 +542,14 @@ def _sample_rows(task: str, split: str, n: int, seed: int) -> list[list[str]]:
         else:  # RTE, QNLI
             row = [str(i), a, b] + ([gold] if split != "test" else [])
         rows.append(row)
-    return rows
+    return rows, id_base
 
 
 def write_samples(
-    out_dir: str | os.PathLike, seed: int = 0, rows: dict[str, int] | None = None
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+    rows: dict[str, int] | None = None,
+    scale: int = 1,
 ) -> dict[str, dict[str, int]]:
     """Write deterministic GLUE-release-layout samples of the six FedMCP tasks into ``out_dir``.
 
@@ -554,12 +569,18 @@ def write_samples(
         Seed of the generator (each task/split draws from its own ``random.Random``).
     rows:
         Rows per split, ``{"train": n, "val": n, "test": n}``; default :data:`SAMPLE_ROWS`.
+    scale:
+        Integer ``>= 1``; every file gets ``scale`` × ``rows[split]`` rows. ``scale=1`` is the
+        committed sample; copies ``k = 1 … scale-1`` follow it, each from its own stream
+        ``random.Random(f"glue-{seed}-{task}-{split}/scale/{k}")`` (balanced labels per copy),
+        with the ``index`` column (and QQP's pair ids) running on.
 
     Returns
     -------
     dict
         ``{task: {split: rows}}``.
     """
+    scale = check_scale(scale)
     out_dir = Path(out_dir)
     rows = rows or SAMPLE_ROWS
     counts: dict[str, dict[str, int]] = {}
@@ -567,7 +588,9 @@ def write_samples(
         counts[task] = {}
         for split, fname in _SAMPLE_FILES[task].items():
             header = _HEADERS.get((task, split)) or _HEADERS[(task, "train")]
-            body = _sample_rows(task, split, rows[split], seed)
+            body, id_base = _sample_rows(task, split, rows[split], seed)
+            for k in range(1, scale):
+                body += _sample_rows(task, split, rows[split], seed, copy=k, id_base=id_base)[0]
             text = "".join("\t".join(r) + "\n" for r in [header, *body])
             write_text_atomic(out_dir / task / fname, text)
             counts[task][split] = len(body)

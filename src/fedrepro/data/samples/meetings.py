@@ -16,10 +16,17 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedrepro.data.sources.ami import AMI_FILE, _AMI_SCENARIO_MEETINGS, _sentences, ami_split
+from fedrepro.data.samples import check_scale
+from fedrepro.data.sources.ami import (
+    _AMI_SCENARIO_MEETINGS,
+    AMI_FILE,
+    AMI_SCENARIO_PARTITION,
+    _sentences,
+    ami_split,
+)
 from fedrepro.data.sources.elitr import ELITR_LANG_DIR
 from fedrepro.data.sources.icsi import ICSI_TEST_MEETINGS
-from fedrepro.io import atomic_path, write_text_atomic
+from fedrepro.io import InputError, atomic_path, write_text_atomic
 
 __all__ = [
     "AMI_SAMPLE_COUNTS",
@@ -253,25 +260,76 @@ def _ami_meeting(rng: random.Random, meeting: str) -> dict:
 AMI_SAMPLE_COUNTS: dict[str, int] = {"train": 24, "val": 8, "test": 8}
 
 
-def write_ami_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
-    """Write ``<out_dir>/ami_abstractive.jsonl``: :data:`AMI_SAMPLE_COUNTS` meetings per split.
+_AMI_EXTRA_LETTERS = ("", *"efghijklmnopqrstuvwxyz")
+"""Endings of the made-up meeting ids of a scaled AMI sample (``ES2003e``, ``ES2003``): AMI's own
+meetings end in a-d, and the parser accepts any id ``[A-Z]{2}\\d{4}[a-z]?``."""
+
+
+def _ami_extra_ids(split: str, used: set[str]) -> list[str]:
+    """Meeting ids for extra ``split`` meetings of a scaled sample, in the order they are taken:
+    the split's unused real scenario meetings, then made-up ids of the split's series (the split
+    of an AMI id is its series', :func:`ami_split`), so at most 27 ids per series."""
+    real = sorted(m for m in _AMI_SCENARIO_MEETINGS if ami_split(m) == split and m not in used)
+    made_up = [
+        f"{series}{letter}"
+        for letter in _AMI_EXTRA_LETTERS
+        for series in sorted(AMI_SCENARIO_PARTITION[split])
+        if f"{series}{letter}" not in used and ami_split(f"{series}{letter}") == split
+    ]
+    return real + [m for m in made_up if m not in real]
+
+
+def write_ami_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
+    """Write ``<out_dir>/ami_abstractive.jsonl``: ``scale`` × :data:`AMI_SAMPLE_COUNTS` meetings per
+    split.
 
     Meeting ids are drawn from the real partition (so :func:`ami_split` gives each its split), the
     four channel paragraphs follow the AMI scenario stages (a kick-off, b functional, c conceptual,
     d detailed design) and every abstract sentence restates facts (prices, features, materials, the
-    decision) that one speaker says in the transcript. Byte-identical for the same ``seed``.
+    decision) that one speaker says in the transcript. Byte-identical for the same ``seed`` and
+    ``scale``.
+
+    ``scale > 1`` appends the extra meetings after the ``scale=1`` lines: first the split's real
+    meetings not yet used (in an order drawn from ``random.Random(f"ami-samples-{seed}/scale")``),
+    then made-up ids of the split's series (``ES2003e`` …, see :func:`_ami_extra_ids`) whose
+    content follows a stage a-d in turn. The split of an AMI id is fixed by its series, and the val
+    and test partitions have five series each, so ``scale`` can be at most 16 (135 ids per split).
     """
+    scale = check_scale(scale)
     rng = random.Random(f"ami-samples-{seed}")
     meetings = []
     for split, n in AMI_SAMPLE_COUNTS.items():
         pool = sorted(m for m in _AMI_SCENARIO_MEETINGS if ami_split(m) == split)
         meetings += rng.sample(pool, n)
+    extra: list[tuple[str, str]] = []  # (meeting id, the id whose stage its content follows)
+    if scale > 1:
+        used = set(meetings)
+        extra_rng = random.Random(f"ami-samples-{seed}/scale")
+        for split, n in AMI_SAMPLE_COUNTS.items():
+            candidates = _ami_extra_ids(split, used)
+            need = n * (scale - 1)
+            if len(candidates) < need:
+                raise InputError(
+                    f"ami: scale={scale} needs {n * scale} {split} meetings, but the AMI ids of "
+                    f"that split (its scenario series, one letter) allow {n + len(candidates)}; "
+                    f"use scale <= {(n + len(candidates)) // n}"
+                )
+            n_real = sum(1 for m in candidates if m in _AMI_SCENARIO_MEETINGS)
+            real = candidates[:n_real]
+            extra_rng.shuffle(real)
+            for j, m in enumerate((real + candidates[n_real:])[:need]):
+                template = m if m in _AMI_SCENARIO_MEETINGS else m[:6] + "abcd"[j % 4]
+                extra.append((m, template))
     lines = [
         json.dumps(_ami_meeting(random.Random(f"ami-{seed}-{m}"), m), ensure_ascii=False)
         for m in sorted(meetings)
     ]
+    for m, template in sorted(extra):
+        meeting = _ami_meeting(random.Random(f"ami-{seed}-{m}"), template)
+        meeting["meeting_id"] = m
+        lines.append(json.dumps(meeting, ensure_ascii=False))
     write_text_atomic(Path(out_dir) / AMI_FILE, "\n".join(lines) + "\n")
-    return dict(AMI_SAMPLE_COUNTS)
+    return {split: n * scale for split, n in AMI_SAMPLE_COUNTS.items()}
 
 
 # -- ICSI -----------------------------------------------------------------------------------------
@@ -419,14 +477,25 @@ def _icsi_meeting(rng: random.Random, mid: str) -> dict:
 ICSI_SAMPLE_COUNTS: dict[str, int] = {"train": 20, "dev": 6, "test": 6}
 
 
-def write_icsi_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def _icsi_extra_id(mid: str, copy: int) -> str:
+    """The made-up id of ``mid``'s ``copy``-th extra copy (``Bro012`` → ``Bro112``, ``Bro212`` …);
+    real ICSI meeting numbers are below 100, so copies never collide."""
+    return f"{mid[:3]}{100 * copy + int(mid[3:]):03d}"
+
+
+def write_icsi_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
     """Write ``<out_dir>/data/{train,dev,test}.json`` in the ``YuanPJ/icsi_summ`` form.
 
     The test file holds the six traditional test meetings (:data:`ICSI_TEST_MEETINGS`); train/dev
     draw from the other ICSI meeting ids. Each meeting is a research-group discussion (robust ASR,
     Meeting Recorder or EDU series) whose abstract restates the topic, the reported numbers and the
-    problem raised in the dialogue acts. Byte-identical for the same ``seed``.
+    problem raised in the dialogue acts. Byte-identical for the same ``seed`` and ``scale``.
+
+    ``scale > 1`` appends, to each file, extra copies ``k = 1 … scale-1`` of its meetings under
+    made-up ids (:func:`_icsi_extra_id`: ``Bro012`` → ``Bro112``), each generated afresh from its
+    own id, so every file holds ``scale`` × :data:`ICSI_SAMPLE_COUNTS` meetings.
     """
+    scale = check_scale(scale)
     rng = random.Random(f"icsi-samples-{seed}")
     pool = sorted(m for ms in _ICSI_MEETINGS.values() for m in ms if m not in ICSI_TEST_MEETINGS)
     picked = rng.sample(pool, ICSI_SAMPLE_COUNTS["train"] + ICSI_SAMPLE_COUNTS["dev"])
@@ -435,7 +504,9 @@ def write_icsi_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, i
         "dev": sorted(picked[ICSI_SAMPLE_COUNTS["train"] :]),
         "test": list(ICSI_TEST_MEETINGS),
     }
-    for split, mids in by_split.items():
+    for split, base in by_split.items():
+        mids = base + [_icsi_extra_id(m, k) for k in range(1, scale) for m in base]
+        by_split[split] = mids
         meetings = [_icsi_meeting(random.Random(f"icsi-{seed}-{m}"), m) for m in mids]
         text = "[\n" + ",\n".join(json.dumps(m, ensure_ascii=False) for m in meetings) + "\n]\n"
         write_text_atomic(Path(out_dir) / "data" / f"{split}.json", text)
@@ -515,29 +586,60 @@ def _elitr_meeting(rng: random.Random) -> tuple[str, list[str], list[tuple[str, 
 ELITR_SAMPLE_COUNTS: dict[str, int] = {"train": 16, "dev": 5, "test": 5}
 
 
-def write_elitr_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def _elitr_extra_meeting(
+    seed: int, meeting: str, n_minutes: int
+) -> tuple[str, list[tuple[str, str]]]:
+    """``(transcript, minutes)`` of an extra meeting of a scaled sample with exactly ``n_minutes``
+    annotators' minutes: drawn from ``random.Random(f"elitr-{seed}-{meeting}")`` (then
+    ``…/retry/<r>`` while it has fewer), surplus minutes dropped."""
+    for attempt in range(1000):
+        name = f"elitr-{seed}-{meeting}" + (f"/retry/{attempt}" if attempt else "")
+        transcript, _people, minutes = _elitr_meeting(random.Random(name))
+        if len(minutes) >= n_minutes:
+            return transcript, minutes[:n_minutes]
+    raise RuntimeError(f"no ELITR sample meeting with {n_minutes} minutes for {meeting}")
+
+
+def write_elitr_samples(
+    out_dir: str | os.PathLike, seed: int = 0, scale: int = 1
+) -> dict[str, int]:
     """Write ``<out_dir>/elitr-minuting-corpus-en/{train,dev,test}/meeting_en_<split>_NNN/`` with a
     ``transcript_MAN_annotYY.txt`` and one or two ``minutes_GENER_annotYY.txt`` per meeting (plus a
     ``minutes_ORIG.txt`` agenda for some), the English ELITR release layout.
 
     Meetings are project calls with de-identified speakers (``(PERSON3) ...``); the minutes list
     each agenda item's owner, metric value and action, all said in the transcript. Returns the
-    number of *meetings* per split. Byte-identical for the same ``seed``.
+    number of *meetings* per split. Byte-identical for the same ``seed`` and ``scale``.
+
+    ``scale > 1`` adds, for each ``scale=1`` meeting ``meeting_en_<split>_NNN`` and each extra copy
+    ``k = 1 … scale-1``, a meeting folder ``meeting_en_<split>_<NNN + 100k>`` (upstream numbers
+    stay below 100) with as many minutes files as the original meeting
+    (:func:`_elitr_extra_meeting`), so each split has ``scale`` × the meetings *and* the records
+    (one per minutes file) of the ``scale=1`` sample.
     """
+    scale = check_scale(scale)
     rng = random.Random(f"elitr-samples-{seed}")
     root = Path(out_dir) / ELITR_LANG_DIR
+
+    def write_meeting(split: str, idx: int, transcript: str, minutes) -> None:
+        folder = root / split / f"meeting_en_{split}_{idx:03d}"
+        write_text_atomic(folder / f"transcript_MAN_{minutes[0][0]}.txt", transcript)
+        for annot, text in minutes:
+            write_text_atomic(folder / f"minutes_GENER_{annot}.txt", text)
+        if idx % 3 == 0:
+            write_text_atomic(folder / "minutes_ORIG.txt", "Agenda\n1. status\n2. next call\n")
+
     for split, n in ELITR_SAMPLE_COUNTS.items():
         n_real = {"train": 84, "dev": 10, "test": 18}[split]  # upstream README's meeting ids
         for idx in sorted(rng.sample(range(1, n_real + 1), n)):
             meeting = f"meeting_en_{split}_{idx:03d}"
             transcript, _people, minutes = _elitr_meeting(random.Random(f"elitr-{seed}-{meeting}"))
-            folder = root / split / meeting
-            write_text_atomic(folder / f"transcript_MAN_{minutes[0][0]}.txt", transcript)
-            for annot, text in minutes:
-                write_text_atomic(folder / f"minutes_GENER_{annot}.txt", text)
-            if idx % 3 == 0:
-                write_text_atomic(folder / "minutes_ORIG.txt", "Agenda\n1. status\n2. next call\n")
-    return dict(ELITR_SAMPLE_COUNTS)
+            write_meeting(split, idx, transcript, minutes)
+            for k in range(1, scale):
+                extra_idx = idx + 100 * k
+                extra = f"meeting_en_{split}_{extra_idx:03d}"
+                write_meeting(split, extra_idx, *_elitr_extra_meeting(seed, extra, len(minutes)))
+    return {split: n * scale for split, n in ELITR_SAMPLE_COUNTS.items()}
 
 
 # -- MeetingBank ----------------------------------------------------------------------------------
@@ -608,14 +710,22 @@ def _meetingbank_row(rng: random.Random, idx: int) -> dict:
 MEETINGBANK_SAMPLE_COUNTS: dict[str, int] = {"train": 30, "validation": 10, "test": 10}
 
 
-def write_meetingbank_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_meetingbank_samples(
+    out_dir: str | os.PathLike, seed: int = 0, scale: int = 1
+) -> dict[str, int]:
     """Write ``<out_dir>/data/<split>-00000-of-00001.parquet`` (split = train/validation/test) with
     the ``huuuyeah/meetingbank`` columns ``id`` (int64), ``uid``, ``summary``, ``transcript``.
 
     Each row is a council agenda item: the clerk reads the item (whose text the reference summary
-    restates), a motion, a short discussion and the roll call. Byte-identical for the same ``seed``
-    and pyarrow version (no timestamps are stored).
+    restates), a motion, a short discussion and the roll call. Byte-identical for the same ``seed``,
+    ``scale`` and pyarrow version (no timestamps are stored).
+
+    ``scale > 1`` appends to each split extra copies ``k = 1 … scale-1`` of
+    :data:`MEETINGBANK_SAMPLE_COUNTS` rows, drawn from
+    ``random.Random(f"meetingbank-samples-{seed}/{split}/scale/{k}")``, with ``uid``s not used
+    before in the split and ``id``s running on after the ``scale=1`` rows.
     """
+    scale = check_scale(scale)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -629,16 +739,28 @@ def write_meetingbank_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict
         ]
     )
     next_id = 0
-    for split, n in MEETINGBANK_SAMPLE_COUNTS.items():
-        rows, uids = [], set()
-        while len(rows) < n:
+
+    def draw(rng: random.Random, n: int, rows: list[dict], uids: set[str]) -> None:
+        nonlocal next_id
+        stop = len(rows) + n
+        while len(rows) < stop:
             row = _meetingbank_row(rng, next_id)
             next_id += 1
             if row["uid"] not in uids:
                 uids.add(row["uid"])
                 rows.append(row)
+
+    by_split: dict[str, tuple[list[dict], set[str]]] = {}
+    for split, n in MEETINGBANK_SAMPLE_COUNTS.items():  # the scale=1 rows first: ids unchanged
+        by_split[split] = ([], set())
+        draw(rng, n, *by_split[split])
+    for split, n in MEETINGBANK_SAMPLE_COUNTS.items():
+        for k in range(1, scale):
+            extra_rng = random.Random(f"meetingbank-samples-{seed}/{split}/scale/{k}")
+            draw(extra_rng, n, *by_split[split])
+    for split, (rows, _uids) in by_split.items():
         table = pa.Table.from_pylist(rows, schema=schema)
         dest = Path(out_dir) / "data" / f"{split}-00000-of-00001.parquet"
         with atomic_path(dest, suffix=".parquet") as tmp:
             pq.write_table(table, tmp, compression="zstd", write_statistics=False)
-    return dict(MEETINGBANK_SAMPLE_COUNTS)
+    return {split: n * scale for split, n in MEETINGBANK_SAMPLE_COUNTS.items()}

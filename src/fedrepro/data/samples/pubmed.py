@@ -95,14 +95,24 @@ def generate_article(rng: random.Random, article_id: str) -> dict:
     }
 
 
-def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
     """Write ``train.txt``/``val.txt``/``test.txt`` (JSON lines, the release's names and layout) with
-    :data:`SAMPLE_SIZES` articles; byte-identical for the same ``seed``."""
+    ``scale`` × :data:`SAMPLE_SIZES` articles; byte-identical for the same ``seed`` and ``scale``.
+
+    ``scale > 1`` appends copies ``k = 1 … scale-1`` of each split, drawn from
+    ``random.Random(f"pubmed-{seed}-{split}/scale/{k}")``, with ``PMC`` ids not used before in the
+    split."""
+    scale = en.check_scale(scale)
     out_dir = Path(out_dir)
     counts: dict[str, int] = {}
     for split in en.SPLITS:
         rng = random.Random(f"pubmed-{seed}-{split}")
         ids = sorted(rng.sample(range(2_000_000, 5_400_000), SAMPLE_SIZES[split]))
         objs = [generate_article(rng, f"PMC{i}") for i in ids]
+        used = set(ids)
+        for k in range(1, scale):
+            rng = en.scale_rng(f"pubmed-{seed}-{split}", k)
+            extra = en.draw_new_ids(rng, 2_000_000, 5_400_000, SAMPLE_SIZES[split], used)
+            objs += [generate_article(rng, f"PMC{i}") for i in extra]
         counts[split] = en.write_jsonl_ordered(out_dir / f"{split}.txt", objs)
     return counts

@@ -38,6 +38,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from fedrepro.data.samples import check_scale
 from fedrepro.io import write_jsonl_atomic
 
 __all__ = [
@@ -731,6 +732,7 @@ def write_qmsum_samples(
     out_dir: str | os.PathLike,
     n_meetings: dict[str, int] | None = None,
     seed: int = 0,
+    scale: int = 1,
 ) -> dict[str, dict[str, int]]:
     """Write sample meetings to ``out_dir/<Domain>/<split>.jsonl`` in the raw QMSum schema.
 
@@ -744,12 +746,18 @@ def write_qmsum_samples(
     seed:
         Seed of the per-file ``random.Random`` streams (derived from seed, domain and split, so one
         file does not change when another split's size does).
+    scale:
+        Integer ``>= 1``: each file gets ``scale`` × its meetings (and so ``scale`` × its
+        query–summary pairs, whose ids number the meetings of a file). Copies
+        ``k = 1 … scale-1`` follow the ``scale=1`` meetings, each drawn from the file's stream
+        name plus ``/scale/{k}``.
 
     Returns
     -------
     dict
         ``{domain: {split: n_meetings_written}}``.
     """
+    scale = check_scale(scale)
     counts = dict(DEFAULT_N_MEETINGS)
     if n_meetings:
         unknown = set(n_meetings) - set(SPLITS)
@@ -763,15 +771,18 @@ def write_qmsum_samples(
     for domain in DOMAINS:
         written[domain] = {}
         for split in SPLITS:
-            rng = random.Random(f"fedrepro-qmsum-samples/{seed}/{domain}/{split}")
-            meetings = [generate_meeting(domain, rng) for _ in range(int(counts[split]))]
+            name = f"fedrepro-qmsum-samples/{seed}/{domain}/{split}"
+            meetings = []
+            for k in range(scale):
+                rng = random.Random(name if k == 0 else f"{name}/scale/{k}")
+                meetings += [generate_meeting(domain, rng) for _ in range(int(counts[split]))]
             written[domain][split] = write_jsonl_atomic(out / domain / f"{split}.jsonl", meetings)
     return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The CLI ``python -m fedrepro.data.samples.qmsum``:
-    ``OUT_DIR [--seed N] [--train N --val N --test N]``."""
+    ``OUT_DIR [--seed N] [--train N --val N --test N] [--scale N]``."""
     parser = argparse.ArgumentParser(
         prog="python -m fedrepro.data.samples.qmsum",
         description="Regenerate the QMSum-schema sample meetings.",
@@ -785,9 +796,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             default=DEFAULT_N_MEETINGS[split],
             help=f"meetings per domain in {split} (default {DEFAULT_N_MEETINGS[split]})",
         )
+    parser.add_argument(
+        "--scale", type=int, default=1, help="write N times the meetings of every file (default 1)"
+    )
     args = parser.parse_args(argv)
     written = write_qmsum_samples(
-        args.out_dir, {s: getattr(args, s) for s in SPLITS}, seed=args.seed
+        args.out_dir, {s: getattr(args, s) for s in SPLITS}, seed=args.seed, scale=args.scale
     )
     for domain, per_split in written.items():
         print(f"{domain}: " + ", ".join(f"{s}={n} meetings" for s, n in per_split.items()))

@@ -108,11 +108,19 @@ def generate_post(rng: random.Random) -> dict:
     }
 
 
-def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
     """Write ``train.jsonl`` (hub "long" field names and order, JSON lines instead of Parquet so the
-    committed bytes do not depend on the Parquet writer) with :data:`SAMPLE_SIZES` posts;
-    byte-identical for the same ``seed``."""
+    committed bytes do not depend on the Parquet writer) with ``scale`` × :data:`SAMPLE_SIZES`
+    posts; byte-identical for the same ``seed`` and ``scale``.
+
+    ``scale > 1`` appends copies ``k = 1 … scale-1``, drawn from
+    ``random.Random(f"reddit_tifu-{seed}-train/scale/{k}")`` (the posts have no id: ids are row
+    indices)."""
+    scale = en.check_scale(scale)
     out_dir = Path(out_dir)
-    rng = random.Random(f"reddit_tifu-{seed}-train")
-    objs = [generate_post(rng) for _ in range(SAMPLE_SIZES["train"])]
+    objs = []
+    for k in range(scale):
+        name = f"reddit_tifu-{seed}-train"
+        rng = random.Random(name) if k == 0 else en.scale_rng(name, k)
+        objs += [generate_post(rng) for _ in range(SAMPLE_SIZES["train"])]
     return {"train": en.write_jsonl_ordered(out_dir / "train.jsonl", objs)}

@@ -190,14 +190,24 @@ def generate_dialogue(rng: random.Random, raw_id: str) -> dict:
     return {"id": raw_id, "summary": summary, "dialogue": sep.join(f"{s}: {t}" for s, t in out)}
 
 
-def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
     """Write ``train.json``/``val.json``/``test.json`` (JSON lists, the official layout) under
-    ``out_dir`` with :data:`SAMPLE_SIZES` dialogues; byte-identical for the same ``seed``."""
+    ``out_dir`` with ``scale`` × :data:`SAMPLE_SIZES` dialogues; byte-identical for the same ``seed``
+    and ``scale``.
+
+    ``scale > 1`` appends copies ``k = 1 … scale-1`` of each split, drawn from
+    ``random.Random(f"samsum-{seed}-{split}/scale/{k}")``, with ids not used before in the split."""
+    scale = en.check_scale(scale)
     out_dir = Path(out_dir)
     counts: dict[str, int] = {}
-    for k, split in enumerate(en.SPLITS):
+    for split in en.SPLITS:
         rng = random.Random(f"samsum-{seed}-{split}")
         ids = sorted(rng.sample(range(13_600_000, 13_900_000), SAMPLE_SIZES[split]))
         objs = [generate_dialogue(rng, f"{i:08d}") for i in ids]
+        used = set(ids)
+        for k in range(1, scale):
+            rng = en.scale_rng(f"samsum-{seed}-{split}", k)
+            extra = en.draw_new_ids(rng, 13_600_000, 13_900_000, SAMPLE_SIZES[split], used)
+            objs += [generate_dialogue(rng, f"{i:08d}") for i in extra]
         counts[split] = en.write_json_list_atomic(out_dir / f"{split}.json", objs)
     return counts

@@ -173,13 +173,21 @@ def generate_article(rng: random.Random) -> tuple[str, str, str]:
     return headline, f"How to {title}", "\n".join(paragraphs)
 
 
-def write_samples(out_dir: str | os.PathLike, seed: int = 0) -> dict[str, int]:
+def write_samples(out_dir: str | os.PathLike, seed: int = 0, scale: int = 1) -> dict[str, int]:
     """Write ``train.csv``/``val.csv``/``test.csv`` (header ``headline,title,text``, the form
-    :func:`download` produces) with :data:`SAMPLE_SIZES` articles; byte-identical for the same ``seed``."""
+    :func:`download` produces) with ``scale`` × :data:`SAMPLE_SIZES` articles; byte-identical for the
+    same ``seed`` and ``scale``.
+
+    ``scale > 1`` appends copies ``k = 1 … scale-1`` of each split, drawn from
+    ``random.Random(f"wikihow-{seed}-{split}/scale/{k}")`` (WikiHow ids are row indices)."""
+    scale = en.check_scale(scale)
     out_dir = Path(out_dir)
     counts: dict[str, int] = {}
     for split in en.SPLITS:
-        rng = random.Random(f"wikihow-{seed}-{split}")
-        rows = [generate_article(rng) for _ in range(SAMPLE_SIZES[split])]
+        rows = []
+        for k in range(scale):
+            name = f"wikihow-{seed}-{split}"
+            rng = random.Random(name) if k == 0 else en.scale_rng(name, k)
+            rows += [generate_article(rng) for _ in range(SAMPLE_SIZES[split])]
         counts[split] = en.write_csv_atomic(out_dir / f"{split}.csv", HEADER, rows)
     return counts

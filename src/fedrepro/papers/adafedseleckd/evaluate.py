@@ -9,6 +9,7 @@ from fedrepro.devices import model_device, to_device
 from fedrepro.fl.cell import config_hash, load_final_adapters
 from fedrepro.papers.adafedseleckd.task import client_examples, client_split_path, get_model, special_ids
 from fedrepro.devices import configure_torch
+from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import read_jsonl, write_json_atomic, write_jsonl_atomic
 from fedrepro.metrics.rouge import rouge_scores
 from fedrepro.papers.adafedseleckd.methods import get_method
@@ -51,7 +52,7 @@ def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_o
     rows, per_client = [], {}
     for client in cell["eval_clients"]:
         model.load_adapter_state("local", finals[client])
-        records = read_jsonl(client_split_path(cell, client, "test"))
+        records = rehearsal_limit(cell, read_jsonl(client_split_path(cell, client, "test")), "test")
         examples = list(client_examples(cell, client, "test"))
         preds = generate_summaries(model, tokenizer, examples, gen, int(gen["batch_size"]))
         refs = [r["target"] for r in records]

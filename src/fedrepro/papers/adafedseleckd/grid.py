@@ -5,7 +5,7 @@ Kept free of file inspection so that ``snakemake -n`` over the full paper grid t
 
 from __future__ import annotations
 
-from fedrepro.grid import RESULTS, backbone_dir, backbone_settings, section
+from fedrepro.grid import RESULTS, backbone_dir, backbone_settings, rehearsal_cell, section
 from fedrepro.io import InputError
 from fedrepro.papers.adafedseleckd.methods import get_method
 
@@ -96,6 +96,7 @@ def make_cell(
         "keep_round_checkpoints": bool(a.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(a.get("round_timeout_s", 3600)),
         "out_dir": cell_dir(partition, backbone, method, scope, seed),
+        **rehearsal_cell(config),
     }
 
 

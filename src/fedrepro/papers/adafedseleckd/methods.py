@@ -111,32 +111,19 @@ def local_update(
     Returns training statistics: mean loss, the number of target tokens and how many of them used
     the KD term (the quantity behind §V-C's "86% / 88% / 89%" figures).
     """
-    from fedrepro.devices import model_device, to_device
+    from fedrepro.devices import StepTimer, model_device, to_device
 
     model.train()
     device = model_device(model)
+    timer = StepTimer(device)
     tau = hp.tau if spec.selective else math.inf
     total_loss, n_batches, n_tokens, n_kd = 0.0, 0, 0, 0
     for epoch in range(hp.local_epochs):
         shuffle = derive_seed(seed, client, round_index, epoch)
         for batch in iterate_batches(examples, hp.batch_size, pad_token_id, start_token_id, shuffle):
-            batch = to_device(batch, device)
-            student, teacher = model.path_logits(
-                batch["input_ids"],
-                batch["attention_mask"],
-                batch["decoder_input_ids"],
-                student="local",
-                teacher="global" if spec.distill else None,
-            )
-            labels = batch["labels"]
-            if spec.distill:
-                loss, kd_mask = selective_kd_loss(student, teacher, labels, hp.lam, tau)
-                n_kd += int(kd_mask.sum())
-            else:
-                loss = cross_entropy_loss(student, labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            with timer.step():
+                loss, labels, kd = _step(model, spec, batch, device, hp, tau, optimizer)
+            n_kd += kd
             total_loss += float(loss.detach())
             n_batches += 1
             n_tokens += int((labels != -100).sum())
@@ -146,4 +133,30 @@ def local_update(
         "n_tokens": n_tokens,
         "n_kd_tokens": n_kd,
         "kd_fraction": n_kd / n_tokens if n_tokens else 0.0,
+        **timer.stats(),
     }
+
+
+def _step(model, spec: MethodSpec, batch: dict, device, hp: TrainHParams, tau: float, optimizer):
+    """One optimizer step of eq. 6/8 (KD methods) or CE: (loss, labels, KD tokens)."""
+    from fedrepro.devices import to_device
+
+    batch = to_device(batch, device)
+    n_kd = 0
+    student, teacher = model.path_logits(
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch["decoder_input_ids"],
+        student="local",
+        teacher="global" if spec.distill else None,
+    )
+    labels = batch["labels"]
+    if spec.distill:
+        loss, kd_mask = selective_kd_loss(student, teacher, labels, hp.lam, tau)
+        n_kd += int(kd_mask.sum())
+    else:
+        loss = cross_entropy_loss(student, labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss, labels, n_kd

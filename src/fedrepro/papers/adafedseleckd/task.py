@@ -26,6 +26,7 @@ from fedrepro.data.seq2seq import derive_seed, tokenize_records
 from fedrepro.devices import cell_device, configure_torch, cpu_state
 from fedrepro.fl.checkpoint import last_participation, latest_client_round, load_state, save_state
 from fedrepro.fl.checkpoint import checkpoint_paths, prepare_checkpoints
+from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,15 @@ def _tokenizer(backbone_dir: str):
 
 
 def client_examples(cell: dict, client: str, split: str) -> tuple:
-    """Tokenised examples of one client's split (read from that client's folder only)."""
-    return _cached_examples(
+    """Tokenised examples of one client's split (read from that client's folder only; a
+    rehearsal cell keeps the first few, :func:`fedrepro.fl.limits.rehearsal_limit`)."""
+    examples = _cached_examples(
         str(client_split_path(cell, client, split)),
         str(cell["backbone_dir"]),
         int(cell["max_source_length"]),
         int(cell["max_target_length"]),
     )
+    return rehearsal_limit(cell, examples, split)
 
 
 def special_ids(model) -> tuple[int, int]:

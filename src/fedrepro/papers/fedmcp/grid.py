@@ -4,7 +4,7 @@ split, and the cells each table and figure reads.
 
 from __future__ import annotations
 
-from fedrepro.grid import RESULTS, backbone_dir, backbone_settings, section
+from fedrepro.grid import RESULTS, backbone_dir, backbone_settings, rehearsal_cell, section
 from fedrepro.io import InputError
 from fedrepro.papers.fedmcp.methods import get_method
 
@@ -110,4 +110,5 @@ def make_cell(config: dict, backbone: str, method: str, seed: int | str) -> dict
         "keep_round_checkpoints": bool(f.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(f.get("round_timeout_s", 3600)),
         "out_dir": cell_dir(backbone, method, seed),
+        **rehearsal_cell(config),
     }

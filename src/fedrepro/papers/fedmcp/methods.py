@@ -407,7 +407,7 @@ def _epoch_batches(batches, epoch: int):
     return batches(epoch) if callable(batches) else batches
 
 
-def _run(model, params, batches, epochs, lr, loss_fn: Callable, stats: dict, phase: str):
+def _run(model, params, batches, epochs, lr, loss_fn: Callable, stats: dict, phase: str, timer):
     if epochs <= 0 or not params:
         return
     opt = torch.optim.Adam(params, lr=lr)
@@ -415,10 +415,11 @@ def _run(model, params, batches, epochs, lr, loss_fn: Callable, stats: dict, pha
     for epoch in range(epochs):
         n_ex = 0
         for batch in _epoch_batches(batches, epoch):
-            loss, parts = loss_fn(batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            with timer.step():  # fedrepro.devices.StepTimer
+                loss, parts = loss_fn(batch)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
             stats["_loss"] += float(loss.detach())
             stats["_steps"] += 1
             n_ex += int(batch["labels"].shape[0])
@@ -439,9 +440,13 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
     ``prev_shared_state``: MOON only, the client's shared state after its previous round.
 
     Returns ``{"loss": mean batch loss (pre-step), "n_examples": examples per epoch,
-    "n_steps", "phases", <mean loss parts>}``; send ``model.shared_state()`` afterwards.
+    "n_steps", "phases", <mean loss parts>, <StepTimer measurements: seconds_steps,
+    seconds_per_step (+ peak_gpu_mb on CUDA)>}``; send ``model.shared_state()`` afterwards.
     """
+    from fedrepro.devices import StepTimer, model_device
+
     spec = get_method(method)
+    timer = StepTimer(model_device(model))
     if spec.federated and server_state is not None:
         model.load_shared_state(server_state)
     snapshot = model.shared_state()  # the received average, fixed for the round
@@ -454,16 +459,17 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
         return loss, {"L_ce": float(loss.detach())}
 
     if spec.objective == "ce":
-        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr, ce, stats, "all")
+        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr, ce, stats, "all",
+             timer)
     elif spec.objective == "fedmcp":
         z_state = OrderedDict((k[len("global."):], v) for k, v in snapshot.items())
         _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr,
-             lambda b: fedmcp_batch_loss(model, b, spec, hp, z_state), stats, "all")
+             lambda b: fedmcp_batch_loss(model, b, spec, hp, z_state), stats, "all", timer)
     elif spec.objective == "moon":
         prev = snapshot if prev_shared_state is None else prev_shared_state
         _check_keys(snapshot, prev, "MOON previous-round")
         _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr,
-             lambda b: moon_batch_loss(model, b, hp, snapshot, prev), stats, "all")
+             lambda b: moon_batch_loss(model, b, hp, snapshot, prev), stats, "all", timer)
     elif spec.objective == "fedrep":
         body, head = model.body_parameters(), model.head_parameters()
         for frozen, trained, epochs, phase in ((body, head, hp.head_epochs, "head"),
@@ -471,7 +477,7 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
             for p in frozen:
                 p.requires_grad_(False)
             try:
-                _run(model, trained, batches, epochs, hp.lr, ce, stats, phase)
+                _run(model, trained, batches, epochs, hp.lr, ce, stats, phase, timer)
             finally:
                 for p in frozen:
                     p.requires_grad_(True)
@@ -482,4 +488,5 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
     out = {"loss": stats["_loss"] / steps, "n_steps": stats["_steps"],
            "n_examples": stats["n_examples"], "phases": stats["phases"]}
     out.update({k: v / steps for k, v in stats["_parts"].items()})
+    out.update(timer.stats())
     return out

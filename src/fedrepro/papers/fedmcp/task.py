@@ -45,6 +45,8 @@ from fedrepro.papers.fedmcp.methods import LocalHParams, build_model, get_method
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.data.sources.glue import LABEL_NAMES
 from fedrepro.devices import cell_device, configure_torch, cpu_state, model_device, to_device
+from fedrepro.fl.limits import rehearsal_limit
+from fedrepro.fl.strategy import is_measurement
 from fedrepro.io import InputError, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -148,10 +150,13 @@ def _examples(path: str, backbone_dir: str, max_length: int, n_labels: int) -> t
 
 
 def client_examples(cell: dict, client: str, split: str) -> tuple:
-    return _examples(
+    """Tokenised examples of one client's split (a rehearsal cell keeps the first few,
+    :func:`fedrepro.fl.limits.rehearsal_limit`)."""
+    examples = _examples(
         str(client_split_path(cell, client, split)), str(cell["backbone_dir"]),
         int(cell["max_length"]), num_labels(client),
     )
+    return rehearsal_limit(cell, examples, split)
 
 
 def collate(examples, pad_id: int) -> dict:
@@ -253,6 +258,7 @@ def client_train_round(
         "n_steps": int(stats["n_steps"]),
     }
     out.update({k: float(v) for k, v in stats.items() if k.startswith("L_")})
+    out.update({k: float(v) for k, v in stats.items() if is_measurement(k)})  # provenance only
     if cell.get("eval_every_round", True):
         acc, _ = accuracy(model, client_examples(cell, client, "test"), int(cell["eval_batch_size"]), pad_id)
         out["test_accuracy"] = acc
@@ -348,7 +354,7 @@ def evaluate_cell(cell: dict, finals_path: str, predictions_out: str, scores_out
         load_client_state(model, finals[client], f"{finals_path}[{client}]")
         test = client_examples(cell, client, "test")
         acc, preds = accuracy(model, test, int(cell["eval_batch_size"]), pad_id)
-        records = read_jsonl(client_split_path(cell, client, "test"))
+        records = rehearsal_limit(cell, read_jsonl(client_split_path(cell, client, "test")), "test")
         rows.extend({"client": client, "id": r["id"], "label": y, "prediction": p}
                     for r, (_, y), p in zip(records, test, preds))
         scores[client] = {"accuracy": acc, "n": len(test)}

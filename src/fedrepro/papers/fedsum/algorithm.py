@@ -84,6 +84,7 @@ keys)
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -811,8 +812,10 @@ def fedsum_local_update(
     epochs: prototypes and portrait (breadth), then the L_po step (prototype knowledge, t ≥ 2).
     """
     from fedrepro.data.seq2seq import derive_seed
+    from fedrepro.devices import StepTimer, model_device
 
     variant = get_variant(variant)
+    timer = StepTimer(model_device(model))
     t, total = int(broadcast.round), int(broadcast.total_rounds)
     if not 1 <= t <= total:
         raise InputError(f"broadcast round {t} outside 1..{total}")
@@ -843,45 +846,49 @@ def fedsum_local_update(
         last_batches = batches
         tau = len(batches)
         for j, batch in enumerate(batches, start=1):
-            h, logits = model.logits(batch)
-            lm = sentence_loss_matrix(logits, batch.labels, batch.cls_mask)
-            ld = batch.labels * batch.cls_mask
-            decision = data_partition(
-                ld, lm, hp.lam, broadcast.global_significance, broadcast.global_bias_level
-            )
-            sig.append(decision.significance)
-            bias.append(decision.bias_level)
-            skip = False
-            if variant.depth:
-                rho = skip_probability(t, total, e, hp.local_epochs, j, tau)
-                _, skip = skip_decision(rng, rho, decision.normal)
-                n_normal += int(decision.normal)
-                n_skipped += int(skip)
-            loss_data = data_loss(lm)
-            loss = h.new_zeros(()) if skip else loss_data
-            l_data.append(0.0 if skip else float(loss_data.detach()))
-            if received:
-                pm = parameter_knowledge_loss(
-                    h, batch.labels, batch.cls_mask, received, hp.parameter_knowledge_reduction
+            with timer.step():
+                h, logits = model.logits(batch)
+                lm = sentence_loss_matrix(logits, batch.labels, batch.cls_mask)
+                ld = batch.labels * batch.cls_mask
+                decision = data_partition(
+                    ld, lm, hp.lam, broadcast.global_significance, broadcast.global_bias_level
                 )
-                l_pm.append(float(pm.detach()))
-                loss = loss + pm
-            if loss.requires_grad:
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                n_steps += 1
+                sig.append(decision.significance)
+                bias.append(decision.bias_level)
+                skip = False
+                if variant.depth:
+                    rho = skip_probability(t, total, e, hp.local_epochs, j, tau)
+                    _, skip = skip_decision(rng, rho, decision.normal)
+                    n_normal += int(decision.normal)
+                    n_skipped += int(skip)
+                loss_data = data_loss(lm)
+                loss = h.new_zeros(()) if skip else loss_data
+                l_data.append(0.0 if skip else float(loss_data.detach()))
+                if received:
+                    pm = parameter_knowledge_loss(
+                        h, batch.labels, batch.cls_mask, received,
+                        hp.parameter_knowledge_reduction,
+                    )
+                    l_pm.append(float(pm.detach()))
+                    loss = loss + pm
+                if loss.requires_grad:
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    n_steps += 1
     n_examples = sum(len(b) for b in last_batches)
     protos, portrait, l_po = None, None, 0.0
     if variant.needs_prototypes:
-        measured, l_po = prototype_knowledge_step(
-            model,
-            last_batches,
-            broadcast.global_class_prototypes,
-            hp.lr,
-            hp.prediction_threshold,
-            apply_step=variant.prototype_knowledge and t != 1,
-        )
+        po_step = variant.prototype_knowledge and t != 1
+        with timer.step() if po_step else contextlib.nullcontext():  # the L_po SGD step
+            measured, l_po = prototype_knowledge_step(
+                model,
+                last_batches,
+                broadcast.global_class_prototypes,
+                hp.lr,
+                hp.prediction_threshold,
+                apply_step=po_step,
+            )
         protos = measured.class_prototypes
         portrait = semantic_portrait(protos, model.representation.hidden_size)
     model.eval()
@@ -901,5 +908,6 @@ def fedsum_local_update(
             "L_pm": _mean(l_pm),
             "L_po": l_po,
             "received_heads": len(received),
+            **timer.stats(),  # seconds_*/peak_*: measurements, moved to provenance by the runner
         },
     )

@@ -434,8 +434,10 @@ def baseline_local_update(
     ``FedProx`` strategy sends ``proximal-mu``).
     """
     from fedrepro.data.seq2seq import derive_seed
+    from fedrepro.devices import StepTimer, model_device
 
     spec = get_baseline(method)
+    timer = StepTimer(model_device(model))
     if spec.receives_global_model and global_state is not None:
         model.load_federated_state(global_state)
     torch.manual_seed(derive_seed(seed, "fedsum-baseline", spec.name, client, t))
@@ -456,24 +458,25 @@ def baseline_local_update(
             raise InputError(f"client {client}: no training batches")
         last = batches
         for batch in batches:
-            h, logits = model.logits(batch)
-            loss = data_loss(sentence_loss_matrix(logits, batch.labels, batch.cls_mask))
-            losses.append(float(loss.detach()))
-            if spec.objective == "prox" and mu > 0:
-                term = fedprox_proximal_term(named, x, mu)
-                extra.append(float(term.detach()))
-                loss = loss + term
-            elif spec.objective == "fedproto" and global_prototypes:
-                term = fedproto_regularizer(
-                    h, batch.labels, batch.cls_mask, global_prototypes, hp.fedproto_lambda
-                )
-                extra.append(float(term.detach()))
-                loss = loss + term
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if spec.objective == "scaffold":
-                scaffold_correct_gradients(named, server_control, client_control)
-            opt.step()
+            with timer.step():
+                h, logits = model.logits(batch)
+                loss = data_loss(sentence_loss_matrix(logits, batch.labels, batch.cls_mask))
+                losses.append(float(loss.detach()))
+                if spec.objective == "prox" and mu > 0:
+                    term = fedprox_proximal_term(named, x, mu)
+                    extra.append(float(term.detach()))
+                    loss = loss + term
+                elif spec.objective == "fedproto" and global_prototypes:
+                    term = fedproto_regularizer(
+                        h, batch.labels, batch.cls_mask, global_prototypes, hp.fedproto_lambda
+                    )
+                    extra.append(float(term.detach()))
+                    loss = loss + term
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if spec.objective == "scaffold":
+                    scaffold_correct_gradients(named, server_control, client_control)
+                opt.step()
             steps += 1
     model.eval()
     y = model.federated_state()
@@ -485,6 +488,7 @@ def baseline_local_update(
             "steps": steps,
             "L_data": math.fsum(losses) / max(len(losses), 1),
             "L_extra": math.fsum(extra) / len(extra) if extra else 0.0,
+            **timer.stats(),  # seconds_*/peak_*: measurements, moved to provenance by the runner
         },
     )
     if spec.objective == "scaffold":

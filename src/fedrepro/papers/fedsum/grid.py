@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 import re
 
+from fedrepro.grid import rehearsal_cell
 from fedrepro.io import InputError
+from fedrepro.models.backbones import builds_locally
 
 RESULTS = "results"
 BACKBONE = "bert-base"
@@ -301,6 +303,7 @@ def make_fedsum_cell(config: dict, setting: str, method_name: str, seed: int | s
         "keep_round_checkpoints": bool(f.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(f.get("round_timeout_s", 3600)),
         "out_dir": cell_dir(setting, method_name, seed),
+        **rehearsal_cell(config),
     }
     if cell["clients_per_round"] > len(names):
         raise InputError(
@@ -349,7 +352,7 @@ def bert_settings(config: dict) -> dict:
 def bert_train_files(config: dict) -> list[str]:
     """Text the tiny (or shape) BERT's WordPiece vocabulary is trained on (the FedSum datasets'
     training records); none for the hub checkpoint."""
-    if bert_settings(config)["kind"] not in ("tiny", "shape"):
+    if not builds_locally(bert_settings(config)):
         return []
     return [f"{RESULTS}/data/{ds}/records.jsonl" for ds in fedsum_cfg(config)["datasets"]]
 
@@ -404,6 +407,19 @@ def figure4_inputs(config: dict) -> list[str]:
     return [f"{RESULTS}/data/{ds}/oracle_labels.jsonl" for ds in f["figure4_datasets"]] + sorted(
         {data_dir(r["setting"], r["seed"]) for r in runs}
     )
+
+
+def max_test_docs(config: dict) -> int | None:
+    """``fedsum.eval.max_test_docs`` for the data folder (``fedsum_client_data``), capped at the
+    rehearsal's ``eval_examples`` in a rehearsal (``rehearsal: true``); unchanged otherwise.  The
+    cells' evaluation keeps the first ``eval_examples`` test documents either way
+    (:func:`fedrepro.papers.fedsum.task.test_docs`)."""
+    limit = ((config.get("fedsum") or {}).get("eval") or {}).get("max_test_docs")
+    rehearsal = rehearsal_cell(config).get("rehearsal")
+    if rehearsal:
+        n = int(rehearsal["eval_examples"])
+        return n if limit is None else min(int(limit), n)
+    return limit
 
 
 def wildcard_pattern(values: list[str]) -> str:

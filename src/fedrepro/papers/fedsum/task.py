@@ -78,6 +78,7 @@ from fedrepro.papers.fedsum.baselines import (
     get_baseline,
 )
 from fedrepro.devices import cell_device, configure_torch, cpu_state
+from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, read_json, read_jsonl, write_jsonl_atomic
 
 log = logging.getLogger(__name__)
@@ -299,11 +300,17 @@ def _encode_args(cell: Mapping) -> tuple:
 
 
 def client_docs(cell: Mapping, client: str) -> tuple:
-    return _encoded(str(client_split_path(cell, client)), *_encode_args(cell), True)
+    """A client's encoded training documents (a rehearsal cell keeps the first few,
+    :func:`fedrepro.fl.limits.rehearsal_limit`)."""
+    docs = _encoded(str(client_split_path(cell, client)), *_encode_args(cell), True)
+    return rehearsal_limit(cell, docs, "train")
 
 
 def test_docs(cell: Mapping) -> tuple:
-    return _encoded(str(cell["test_file"]), *_encode_args(cell), False)
+    """The encoded test documents every round is evaluated on (a rehearsal cell keeps the first
+    ``eval_examples``; predictions, references and selections all come from these)."""
+    docs = _encoded(str(cell["test_file"]), *_encode_args(cell), False)
+    return rehearsal_limit(cell, docs, "test")
 
 
 def client_batches(cell: Mapping, client: str, round_index: int):

@@ -96,6 +96,7 @@ import numpy as np
 import torch
 
 from fedrepro.data.seq2seq import derive_seed
+from fedrepro.devices import StepTimer
 from fedrepro.io import InputError, atomic_path
 
 Tensors = Mapping[str, torch.Tensor]
@@ -831,6 +832,9 @@ class LocalUpdateResult:
     n_examples: int
     mean_objective_term: float
     mean_grad_norm: float
+    timing: dict = dataclasses.field(default_factory=dict)
+    """Measured optimizer steps (:meth:`fedrepro.devices.StepTimer.stats`: ``seconds_steps``,
+    ``seconds_per_step``, on CUDA ``peak_gpu_mb``): provenance, not a result."""
 
     def reply(self) -> ClientReply:
         return ClientReply(self.params, self.gradient, self.loss)
@@ -887,7 +891,8 @@ def fedsumm_local_update(
     -------
     LocalUpdateResult
         ``params`` (w^c_{t+1}), ``gradient`` (g^c per ``config.client_gradient``), ``loss`` (mean
-        data loss, l^c), per-step losses and the mean eq. 7 term and gradient norm.
+        data loss, l^c), per-step losses, the mean eq. 7 term and gradient norm, and ``timing``
+        (each optimizer step timed with :class:`fedrepro.devices.StepTimer`).
     """
     if local_epochs < 1:
         raise InputError(f"local_epochs must be >= 1, got {local_epochs}")
@@ -900,25 +905,27 @@ def fedsumm_local_update(
     terms: list[float] = []
     norms: list[float] = []
     n_examples = 0
+    timer = StepTimer(named[0][1].device)
     model.train()
     for epoch in range(local_epochs):
         n_examples = 0
         for batch in batches(epoch) if callable(batches) else batches:
-            data_loss = loss_fn(model, batch)
-            if not torch.isfinite(data_loss):
-                raise FloatingPointError(
-                    f"non-finite training loss {float(data_loss)} at step {len(step_losses)}"
-                )
-            total, parts = fedsumm_objective(data_loss, named, guidance, config)
-            optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_([p for _, p in named], max_grad_norm)
-            if config.client_gradient == "mean_batch_gradient":
-                for n, p in named:
-                    if p.grad is not None:
-                        grad_sum[n] += p.grad.detach()
-            optimizer.step()
+            with timer.step():  # forward, eq. 7's objective, backward, update
+                data_loss = loss_fn(model, batch)
+                if not torch.isfinite(data_loss):
+                    raise FloatingPointError(
+                        f"non-finite training loss {float(data_loss)} at step {len(step_losses)}"
+                    )
+                total, parts = fedsumm_objective(data_loss, named, guidance, config)
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                if max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_([p for _, p in named], max_grad_norm)
+                if config.client_gradient == "mean_batch_gradient":
+                    for n, p in named:
+                        if p.grad is not None:
+                            grad_sum[n] += p.grad.detach()
+                optimizer.step()
             step_losses.append(float(data_loss.detach()))
             terms.append(parts["objective_term"])
             if not math.isnan(parts["grad_norm"]):
@@ -941,6 +948,7 @@ def fedsumm_local_update(
         n_examples=n_examples,
         mean_objective_term=sum(terms) / len(terms),
         mean_grad_norm=sum(norms) / len(norms) if norms else math.nan,
+        timing=timer.stats(),
     )
 
 

@@ -32,7 +32,9 @@ A corpus without data (EDUCATION is not public: ``data.education.source: downloa
 
 from __future__ import annotations
 
+from fedrepro.grid import rehearsal_cell
 from fedrepro.io import InputError
+from fedrepro.models.backbones import builds_locally
 from fedrepro.papers.fedsumm.bart import CHINESE_BART_HUB_ID, CHINESE_BART_REVISION
 
 RESULTS = "results"
@@ -186,7 +188,7 @@ def row_clients_constraint(config: dict, kind: str) -> str:
 def backbone_inputs(config: dict) -> list[str]:
     """Text the demo (or shape) backbone's character vocabulary is built from (none for the hub
     checkpoint)."""
-    if backbone_settings(config)["kind"] not in ("tiny", "shape"):
+    if not builds_locally(backbone_settings(config)):
         return []
     return [f"{RESULTS}/data/{c}/records.jsonl" for c in available_corpora(config)]
 
@@ -248,7 +250,9 @@ def all_cells(config: dict) -> list[str]:
 def make_cell(
     config: dict, corpus: str, n: int | str, model: str, regime: str, seed: int | str
 ) -> dict:
-    """The full, JSON-able description of one FedSUMM cell (what its config hash covers)."""
+    """The full, JSON-able description of one FedSUMM cell (what its config hash covers); a
+    rehearsal's cell also carries ``rehearsal`` (:func:`fedrepro.grid.rehearsal_cell`), a normal
+    cell has no such key."""
     f = fedsumm_cfg(config)
     n = int(n)
     if model not in MODELS:
@@ -317,13 +321,15 @@ def make_cell(
         "keep_round_checkpoints": bool(f.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(f.get("round_timeout_s", 3600)),
         "out_dir": cell_dir(corpus, n, model, regime, seed),
+        **rehearsal_cell(config),
     }
 
 
 def row_cells(
     config: dict, kind: str, corpus: str, n: int | str, model: str, seed: int | str
 ) -> list[dict]:
-    """The cells one row job trains and evaluates."""
+    """The cells one row job trains and evaluates (built by :func:`make_cell`, so a rehearsal's
+    cells carry their limits)."""
     if kind not in ROW_REGIMES:
         raise InputError(f"unknown FedSUMM row kind {kind!r}; known: {sorted(ROW_REGIMES)}")
     return [make_cell(config, corpus, n, model, r, seed) for r in ROW_REGIMES[kind]]

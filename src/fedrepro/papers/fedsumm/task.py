@@ -46,6 +46,17 @@ Evaluation
   for ``single`` / ``all`` -- generates a summary for every test example of the N clients; character
   ROUGE-1/2/L F1 (:func:`fedrepro.metrics.rouge.rouge_scores` with ``lang="zh"``) averaged over all
   those examples (= the corpus test set), plus per client.
+
+Rehearsal
+---------
+A rehearsal cell (``cell["rehearsal"]``, :func:`fedrepro.grid.rehearsal_cell`) reads only the first
+``examples_per_client`` training and ``eval_examples`` validation / test records of every client
+(:func:`client_records`, through :func:`fedrepro.fl.limits.rehearsal_limit`): the same code path on
+a few examples, in every regime.  Every optimizer step is timed
+(:class:`fedrepro.devices.StepTimer`, in :func:`~fedrepro.papers.fedsumm.algorithm.fedsumm_local_update`);
+the ``seconds_*`` / ``peak_*`` statistics a client round returns are measurements, which the
+runner moves out of the round log into the cell's provenance (``timing``).  A normal cell has no
+``rehearsal`` key and reads, trains and logs exactly as before.
 """
 
 from __future__ import annotations
@@ -71,6 +82,7 @@ from fedrepro.papers.fedsumm.algorithm import (
 )
 from fedrepro.data.seq2seq import IGNORE_INDEX, derive_seed
 from fedrepro.devices import cell_device, configure_torch, cpu_state, model_device, to_device
+from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -204,6 +216,10 @@ def _records(path: str) -> tuple:
 
 
 def client_records(cell: Mapping, client: str, split: str) -> tuple:
+    """The records of one client's split, in file order (every record is checked).  A rehearsal
+    cell keeps the first few (:func:`fedrepro.fl.limits.rehearsal_limit`: ``examples_per_client``
+    of ``train``, ``eval_examples`` of ``val`` / ``test``); every training and evaluation read of
+    this task goes through here."""
     path = client_split_path(cell, client, split)
     if not path.is_file() and path.parent.is_dir():  # the client files exist, this split does not
         have = sorted(p.stem for p in path.parent.glob("*.jsonl"))
@@ -215,7 +231,7 @@ def client_records(cell: Mapping, client: str, split: str) -> tuple:
             f"download has only train: set data.nlpcc2017.heldout_test_fraction to hold out a test "
             f"split, then rebuild the records, the client split and the client files"
         )
-    return _records(str(path))
+    return rehearsal_limit(cell, _records(str(path)), split)
 
 
 def validation_split(cell: Mapping, client: str) -> str:
@@ -505,6 +521,7 @@ def client_train_round(
             "objective_term": res.mean_objective_term,
             "grad_norm": res.mean_grad_norm,
             "guided": int(guidance is not None),
+            **res.timing,  # seconds_* / peak_*: moved to provenance timing by the strategy
         }
     )
     reply = {REPLY_STEPS: MetricRecord({"step-losses": [float(x) for x in res.step_losses]})}
@@ -593,6 +610,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
                         "num_examples": len(train),
                         "train_loss": res.loss,
                         "n_steps": res.n_steps,
+                        **res.timing,  # measurements: run_cell moves them to provenance timing
                     }
                 ],
                 "step_losses": {name: res.step_losses},

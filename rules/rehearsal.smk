@@ -1,0 +1,52 @@
+# The paper-scale rehearsal (fedrepro.rehearsal; `make rehearse`): only with `rehearsal: true`,
+# when the Snakefile has moved the working directory to results/rehearsal/ and common.smk has
+# reduced the config (fedrepro.rehearsal.plan.apply).  Every path below is relative to it.
+if config.get("rehearsal"):
+    from fedrepro.rehearsal import plan as rplan
+
+    REHEARSAL = rplan.document(config)
+
+    localrules:
+        rehearsal_plan,
+        rehearse,
+
+    rule rehearsal_samples:
+        output:
+            directory(rplan.SAMPLES_DIR + "/{source}"),
+        wildcard_constraints:
+            source="|".join(ALL_SOURCES),
+        params:
+            scale=REHEARSAL["settings"]["sample_scale"],
+        log:
+            "logs/rehearsal_samples/{source}.log",
+        conda:
+            "../envs/data.yaml"
+        script:
+            "../workflow_scripts/rehearsal_samples.py"
+
+    rule rehearsal_plan:
+        output:
+            "plan.json",
+        params:
+            plan=REHEARSAL,
+        log:
+            "logs/rehearsal_plan.log",
+        conda:
+            "../envs/data.yaml"
+        script:
+            "../workflow_scripts/rehearsal_plan.py"
+
+    rule rehearse:
+        input:
+            plan="plan.json",
+            cells=[f for c in REHEARSAL["cells"] for f in c["files"]],
+            data=REHEARSAL["data_files"],
+        output:
+            json="report.json",
+            md="report.md",
+        log:
+            "logs/rehearse.log",
+        conda:
+            "../envs/data.yaml"
+        script:
+            "../workflow_scripts/rehearsal_report.py"

@@ -1,0 +1,318 @@
+"""What a rehearsal runs: the config reduced to a few steps, and the cells that cover the grid.
+
+:func:`apply` rewrites the workflow config in place when ``rehearsal: true`` (``rules/common.smk``
+calls it before any grid is read), :func:`cells` lists the cells of the reduced grid.
+
+Reduction (``rehearsal_settings``; every other value stays the paper's):
+
+* one seed (the first of each ``seeds`` list);
+* ``rounds`` federated rounds (local methods: as many epochs-per-round blocks) and, in every cell,
+  the first ``examples_per_client`` training and ``eval_examples`` evaluation examples of each
+  client (:func:`fedrepro.fl.limits.rehearsal_limit`): ``ceil(examples / batch_size)`` optimizer
+  steps per local epoch, at batch ``min(batch_size, examples_per_client)``;
+* generation keeps the paper's beams, penalties and n-gram blocking; only ``max_new_tokens`` is
+  capped (``min_new_tokens`` with it);
+* FedSum's partition keeps its 20 clients with ``clients_examples`` documents each
+  (``partitions.fedsum.total``) and a small held-out Reddit test set; FedSUMM keeps its N clients;
+* ``data: samples`` (a machine without the data hubs): every source comes from raw-schema samples
+  written by the project's generators at ``sample_scale`` times the committed size (enough records
+  for the paper's client counts) and read by the real parsers; ``data: configured`` keeps the
+  config's sources (downloads or ``local`` copies: the paper path on a cluster);
+* ``backbones: fetch_or_shape``: each backbone is fetched as configured; where that fails it is
+  built at its true dimensions with random weights (``kind: shape``, logged);
+  ``backbones: configured`` never falls back.
+
+Coverage (``coverage``): ``cover`` runs every method, every backbone and every kind of setting at
+least once -- AdaFedSelecKD: the five methods on the first backbone (AdaSingle on its first client)
+and AdaFedSelectKD, the method with every part (global + local adapters, selective KD), on each
+other backbone; FedMCP: every method (one backbone); FedSum: every method and the depth ablation
+on Table 1's setting, FedSum on every other dataset and on the uniform (α = ∞) split; FedSUMM:
+every model (bart, ct, bart-cd) with all four regimes (one row job each) on the first available
+corpus at the tables' N, and the client split of every other corpus.  A method's code does not
+depend on the backbone beyond the model class, which the backbone cells cover.  ``cross`` runs
+every method on every backbone (AdaFedSelecKD) and every FedSUMM corpus.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+from fedrepro import grid as wf
+from fedrepro.grid import section
+from fedrepro.io import InputError
+from fedrepro.papers.adafedseleckd import grid as ada
+from fedrepro.papers.fedmcp import grid as fedmcp
+from fedrepro.papers.fedsum import grid as fedsum
+from fedrepro.papers.fedsumm import grid as fedsumm
+
+WORKDIR = "results/rehearsal"
+"""Snakemake's working directory during a rehearsal (relative to the repository)."""
+
+SAMPLES_DIR = "samples"
+"""Generated raw-schema samples of ``data: samples`` (relative to :data:`WORKDIR`)."""
+
+DEFAULTS = {
+    "rounds": 2,
+    "examples_per_client": 2,
+    "eval_examples": 2,
+    "max_new_tokens": 8,
+    "coverage": "cover",
+    "data": "configured",
+    "sample_scale": 4,
+    "backbones": "fetch_or_shape",
+    "fedsum_client_examples": 4,
+    "fedsum_heldout_test_docs": 16,
+}
+
+PAPERS = ("adafedseleckd", "fedmcp", "fedsum", "fedsumm")
+
+
+def settings(config: dict) -> dict:
+    """``rehearsal_settings`` over :data:`DEFAULTS`, checked (errors name the key)."""
+    s = {**DEFAULTS, **(config.get("rehearsal_settings") or {})}
+    unknown = sorted(set(s) - set(DEFAULTS))
+    if unknown:
+        raise InputError(f"config key rehearsal_settings: unknown entries {unknown}; known: {sorted(DEFAULTS)}")
+    for key in ("rounds", "examples_per_client", "eval_examples", "max_new_tokens", "sample_scale",
+                "fedsum_client_examples", "fedsum_heldout_test_docs"):
+        if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 1:
+            raise InputError(f"config key rehearsal_settings.{key}: a positive integer, got {s[key]!r}")
+    choices = {"coverage": ("cover", "cross"), "data": ("configured", "samples"),
+               "backbones": ("fetch_or_shape", "configured")}
+    for key, allowed in choices.items():
+        if s[key] not in allowed:
+            raise InputError(f"config key rehearsal_settings.{key}: one of {allowed}, got {s[key]!r}")
+    return s
+
+
+def _first(values):
+    return [list(values)[0]]
+
+
+def _cap_generation(gen: dict, cap: int) -> None:
+    gen["max_new_tokens"] = min(int(gen.get("max_new_tokens", cap)), cap)
+    for key in ("min_new_tokens",):
+        if key in gen:
+            gen[key] = min(int(gen[key]), gen["max_new_tokens"])
+
+
+def _absolute(path: str | None, basedir: Path) -> str | None:
+    if path is None or Path(path).is_absolute():
+        return path
+    return str((basedir / path).resolve())
+
+
+def apply(config: dict, basedir: str | Path) -> dict:
+    """Reduce ``config`` (in place, and returned) for a rehearsal; see the module docstring.
+
+    ``basedir`` is the repository: relative data and checkpoint folders of the config are made
+    absolute, because Snakemake's working directory moves to :data:`WORKDIR`."""
+    basedir = Path(basedir)
+    s = settings(config)
+    config["rehearsal_settings"] = s
+    original = copy.deepcopy({k: v for k, v in config.items() if k != "rehearsal_original"})
+    config["rehearsal_original"] = original  # the unreduced config: the report's full grid
+    config["seeds"] = _first(config["seeds"])
+    parts = config.get("partitions") or {}
+    if parts.get("seeds"):
+        parts["seeds"] = _first(parts["seeds"])
+    for paper in PAPERS:
+        sec = config.get(paper)
+        if not sec:
+            continue
+        if sec.get("seeds"):
+            sec["seeds"] = _first(sec["seeds"])
+        sec["train"]["rounds"] = int(s["rounds"])
+        if "generation" in sec:
+            _cap_generation(sec["generation"], int(s["max_new_tokens"]))
+    if "fedsum" in config:
+        fs = config["fedsum"]
+        fs_parts = parts.get("fedsum") or {}
+        if fs_parts:
+            fs_parts["total"] = int(fs_parts["num_clients"]) * int(s["fedsum_client_examples"])
+        fs.setdefault("eval", {})["heldout_test_docs"] = min(
+            int(fs.get("eval", {}).get("heldout_test_docs") or s["fedsum_heldout_test_docs"]),
+            int(s["fedsum_heldout_test_docs"]),
+        )
+    for name, d in (config.get("data") or {}).items():
+        if s["data"] == "samples":
+            d["source"] = "samples"
+            d["samples_dir"] = f"{SAMPLES_DIR}/{name}"
+        else:
+            for key in ("samples_dir", "local_dir"):
+                if d.get(key):
+                    d[key] = _absolute(d[key], basedir)
+    for name, b in (config.get("backbones") or {}).items():
+        if b.get("local_dir"):
+            b["local_dir"] = _absolute(b["local_dir"], basedir)
+        if s["backbones"] == "fetch_or_shape" and b.get("kind", "hub") == "hub":
+            b["fallback"] = "shape"
+    fb = (config.get("fedsumm") or {}).get("backbone")
+    if fb:
+        if fb.get("local_dir"):
+            fb["local_dir"] = _absolute(fb["local_dir"], basedir)
+        if s["backbones"] == "fetch_or_shape" and fb.get("kind", "hub") == "hub":
+            fb["fallback"] = "shape"
+    return config
+
+
+# -- the cells ------------------------------------------------------------------------------
+def _ada_cells(config: dict, cover: bool) -> list[dict]:
+    a = ada.ada_cfg(config)
+    seed = config["seeds"][0]
+    backbones = list(a["backbones"])
+    methods = list(a["methods"])
+    full = [(backbones[0], m) for m in methods] if cover else [(b, m) for b in backbones for m in methods]
+    if cover:
+        richest = "AdaFedSelectKD" if "AdaFedSelectKD" in methods else methods[-1]
+        full += [(b, richest) for b in backbones[1:]]
+    out = []
+    for backbone, method in full:
+        scope = ada.scopes(config, method)[0]
+        cell = ada.cell_dir(a["partition"], backbone, method, scope, seed)
+        key = f"adafedseleckd/{a['partition']}/{backbone}/{method}/{scope}/seed~{seed}"
+        out.append({"paper": "adafedseleckd", "cell": cell, "method": method, "backbone": backbone,
+                    "setting": f"{a['partition']}/{scope}",
+                    "files": [f"{cell}/{n}" for n in ("provenance.json", "scores.json")],
+                    "jobs": {j: _job(f"{j}_cell", key, wf.job_resources(config, backbone, j))
+                             for j in ("train", "evaluate")}})
+    return out
+
+
+def _fedmcp_cells(config: dict) -> list[dict]:
+    f = fedmcp.cfg(config)
+    seed = fedmcp.seeds(config)[0]
+    out = []
+    for method in f["methods"]:
+        cell = fedmcp.cell_dir(f["backbone"], method, seed)
+        key = f"{f['backbone']}/{method}/seed~{seed}"
+        out.append({"paper": "fedmcp", "cell": cell, "method": method, "backbone": f["backbone"],
+                    "setting": "crosstask",
+                    "files": [f"{cell}/{n}" for n in ("provenance.json", "scores.json")],
+                    "jobs": {j: _job(f"fedmcp_{j}_cell", key, wf.job_resources(config, f["backbone"], j))
+                             for j in ("train", "evaluate")}})
+    return out
+
+
+def _fedsum_cells(config: dict) -> list[dict]:
+    f = fedsum.fedsum_cfg(config)
+    seed = fedsum.seeds(config)[0]
+    alpha = float(f["alpha"])
+    datasets = list(f["datasets"])
+    runs = [(datasets[0], alpha, m) for m in list(f["methods"]) + list(f.get("ablation") or [])]
+    runs += [(ds, alpha, "FedSum") for ds in datasets[1:]]
+    runs += [(fedsum.SWEEP_DATASET, float(f["uniform_alpha"]), "FedSum")]
+    out = []
+    for ds, a, method in runs:
+        setting = fedsum.setting_name(config, ds, a)
+        cell = fedsum.cell_dir(setting, method, seed)
+        job = ("fedsum_train_row", f"{setting}/seed~{seed}") if fedsum.rows_enabled(config) else (
+            "fedsum_train_cell", f"{setting}/{method}/seed~{seed}")
+        out.append({"paper": "fedsum", "cell": cell, "method": method, "backbone": fedsum.BACKBONE,
+                    "setting": setting,
+                    "files": [f"{cell}/{n}" for n in ("provenance.json", "scores.json")],
+                    "jobs": {"train": _job(*job, wf.job_resources(config, fedsum.BACKBONE, "train"))}})
+    return out
+
+
+def _fedsumm_cells(config: dict, cover: bool) -> list[dict]:
+    seed = fedsumm.seeds(config)[0]
+    n = fedsumm.table_clients(config)
+    corpora = fedsumm.available_corpora(config)
+    if not corpora:
+        return []
+    out = []
+    for corpus in corpora[:1] if cover else corpora:
+        for model in fedsumm.MODELS:
+            for regime in fedsumm.REGIMES:
+                cell = fedsumm.cell_dir(corpus, n, model, regime, seed)
+                out.append({"paper": "fedsumm", "cell": cell, "method": regime,
+                            "backbone": model, "setting": f"{corpus}/n{n}",
+                            "files": [f"{cell}/{x}" for x in ("provenance.json", "scores.json")],
+                            "jobs": {"train": _job("fedsumm_row", f"{corpus}/n{n}/{model}/seed~{seed}",
+                                                   fedsumm.job_resources(config, "train"),
+                                                   shared_by=len(fedsumm.REGIMES))}})
+    return out
+
+
+def _job(rule: str, key: str, resources: dict, shared_by: int = 1) -> dict:
+    """A cell's Snakemake job: its log, its benchmark file and its declared resources
+    (``shared_by``: how many cells one job trains, e.g. a FedSUMM row's four regimes)."""
+    return {"rule": rule, "log": f"logs/{rule}/{key}.log", "benchmark": f"benchmarks/{rule}/{key}.tsv",
+            "resources": dict(resources), "shared_by": shared_by}
+
+
+def cells(config: dict) -> list[dict]:
+    """The rehearsal's cells: ``{paper, cell, method, backbone, setting, files}`` each."""
+    cover = settings(config)["coverage"] == "cover"
+    out: list[dict] = []
+    if "adafedseleckd" in config:
+        out += _ada_cells(config, cover)
+    if "fedmcp" in config:
+        out += _fedmcp_cells(config)
+    if "fedsum" in config:
+        out += _fedsum_cells(config)
+    if "fedsumm" in config:
+        out += _fedsumm_cells(config, cover)
+    return out
+
+
+def data_files(config: dict) -> list[str]:
+    """Besides the cells: every configured source prepared by its real parser, and the FedSUMM
+    client split of every available corpus at the tables' N."""
+    out = [f"results/data/{name}/prepare_report.json" for name in sorted(section(config, "data"))]
+    if "fedsumm" in config:
+        n = fedsumm.table_clients(config)
+        out += [fedsumm.clients_dir(config, c, n) for c in fedsumm.available_corpora(config)]
+    return out
+
+
+def steps_per_round(batch_size: int, examples: int, epochs: int = 1) -> int:
+    return int(epochs) * math.ceil(int(examples) / int(batch_size))
+
+
+def full_grids(original: dict) -> dict[str, dict[str, list[str]]]:
+    """paper -> table/figure -> the cell folders of the *unreduced* config that build it (for the
+    report's device-hours per table).  A target the config cannot build is left out."""
+    targets = {
+        "adafedseleckd": (lambda t: ada.table_cells(original, t), list(ada.TABLE_BACKBONES)),
+        "fedmcp": (lambda t: fedmcp.target_cells(original, t), sorted(fedmcp.TARGET_METHODS)),
+        "fedsum": (lambda t: fedsum.target_cells(original, t), sorted(fedsum.TARGETS)),
+        "fedsumm": (lambda t: fedsumm.target_cells(original, t), sorted(fedsumm.TARGETS)),
+    }
+    out: dict[str, dict[str, list[str]]] = {}
+    for paper, (cells_of, names) in targets.items():
+        if paper not in original:
+            continue
+        for name in names:
+            try:
+                out.setdefault(paper, {})[name] = list(cells_of(name))
+            except InputError:
+                continue
+    return out
+
+
+def backbone_dirs(config: dict) -> dict[str, str]:
+    out = {b: wf.backbone_dir(b) for b in (config.get("adafedseleckd") or {}).get("backbones", [])}
+    if "fedmcp" in config:
+        out[config["fedmcp"]["backbone"]] = wf.backbone_dir(config["fedmcp"]["backbone"])
+    if "fedsum" in config:
+        out[fedsum.BACKBONE] = wf.backbone_dir(fedsum.BACKBONE)
+    if "fedsumm" in config:
+        out["bart-base-chinese"] = fedsumm.BACKBONE_DIR
+    return out
+
+
+def document(config: dict) -> dict:
+    """The rehearsal plan written to ``plan.json`` (what the report reads)."""
+    original = config.get("rehearsal_original") or {}
+    return {
+        "settings": settings(config),
+        "cells": cells(config),
+        "data_files": data_files(config),
+        "full_rounds": {p: int(original[p]["train"]["rounds"]) for p in PAPERS if p in original},
+        "grids": full_grids(original),
+        "backbone_dirs": backbone_dirs(config),
+    }

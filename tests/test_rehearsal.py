@@ -1,0 +1,222 @@
+"""The paper-scale rehearsal: the reduced config, the covering cells, the backbone fallback, the
+report's numbers (fedrepro.rehearsal)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedrepro.io import InputError, read_json, write_json_atomic
+from fedrepro.models.backbones import builds_locally, fetch_or_shape
+from fedrepro.papers.adafedseleckd import grid as ada
+from fedrepro.papers.adafedseleckd.methods import METHODS as ADA_METHODS
+from fedrepro.papers.fedsumm import grid as fedsumm_grid
+from fedrepro.rehearsal import plan, report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _paper_rehearsal() -> dict:
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    over = yaml.safe_load((ROOT / "config/rehearsal.yaml").read_text())
+    return plan.apply(_merge(paper, over), ROOT)
+
+
+def test_apply_reduces_only_what_the_rehearsal_reduces():
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    config = _paper_rehearsal()
+    assert config["seeds"] == paper["seeds"][:1]
+    for p in plan.PAPERS:
+        assert config[p]["train"]["rounds"] == 2
+        # paper's batch sizes, lengths, lr are untouched
+        assert config[p]["train"]["batch_size"] == paper[p]["train"]["batch_size"]
+    assert config["adafedseleckd"]["max_source_length"] == paper["adafedseleckd"]["max_source_length"] == 1024
+    gen, pgen = config["adafedseleckd"]["generation"], paper["adafedseleckd"]["generation"]
+    assert gen["max_new_tokens"] == 8 and gen["min_new_tokens"] == 8
+    assert {k: v for k, v in gen.items() if k not in ("max_new_tokens", "min_new_tokens")} == {
+        k: v for k, v in pgen.items() if k not in ("max_new_tokens", "min_new_tokens")}
+    assert config["fedsumm"]["clients"] == 50  # the paper's clients
+    assert config["partitions"]["fedsum"]["num_clients"] == 20
+    assert config["partitions"]["fedsum"]["total"] == 20 * 4
+    assert all(d["source"] == "samples" and d["samples_dir"] == f"samples/{n}"
+               for n, d in config["data"].items())
+    assert all(b.get("fallback") == "shape" for b in config["backbones"].values())
+    assert config["fedsumm"]["backbone"]["fallback"] == "shape"
+    assert config["rehearsal_original"]["seeds"] == paper["seeds"]
+
+
+def test_configured_data_paths_become_absolute(tmp_path):
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    paper["rehearsal"] = True
+    paper["data"]["qmsum"].update(source="local", local_dir="data/qmsum")
+    config = plan.apply(paper, tmp_path)
+    assert config["data"]["qmsum"]["local_dir"] == str((tmp_path / "data/qmsum").resolve())
+    assert config["data"]["cnndm"]["source"] == "download"
+
+
+def test_cover_runs_every_method_backbone_and_model():
+    config = _paper_rehearsal()
+    cells = plan.cells(config)
+    by = {}
+    for c in cells:
+        by.setdefault(c["paper"], []).append(c)
+    a = by["adafedseleckd"]
+    assert {c["method"] for c in a} == set(ADA_METHODS)
+    assert {c["backbone"] for c in a} == {"bart-large", "bart-base", "led-large"}
+    assert len(a) == 5 + 2  # 5 methods on bart-large, AdaFedSelectKD on the two others
+    assert {c["method"] for c in by["fedmcp"]} == set(config["fedmcp"]["methods"])
+    fs = by["fedsum"]
+    assert set(config["fedsum"]["methods"]) | {"FedSum-depth"} <= {c["method"] for c in fs}
+    assert {c["setting"].split("-")[0] for c in fs} >= set(config["fedsum"]["datasets"]) or len(
+        {c["setting"] for c in fs}) >= len(config["fedsum"]["datasets"]) + 1
+    fsm = by["fedsumm"]
+    assert {(c["backbone"], c["method"]) for c in fsm} == {
+        (m, r) for m in fedsumm_grid.MODELS for r in fedsumm_grid.REGIMES}
+    assert all(c["setting"].endswith("/n50") for c in fsm)
+    # every cell's files are produced by the workflow's rules (checked by the dry run below)
+    assert all(f.startswith("results/") for c in cells for f in c["files"])
+
+
+def test_cross_runs_methods_times_backbones():
+    config = _paper_rehearsal()
+    config["rehearsal_settings"]["coverage"] = "cross"
+    a = [c for c in plan.cells(config) if c["paper"] == "adafedseleckd"]
+    assert len(a) == 5 * 3
+
+
+def test_rehearsal_cells_carry_limits_normal_cells_do_not():
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    normal = ada.make_cell(paper, "domains", "bart-large", "AdaFedAvg", "all", 1)
+    assert "rehearsal" not in normal
+    reh = ada.make_cell(_paper_rehearsal(), "domains", "bart-large", "AdaFedAvg", "all", 1)
+    assert reh["rehearsal"] == {"examples_per_client": 2, "eval_examples": 2}
+    assert reh["train"]["rounds"] == 2 and reh["max_source_length"] == 1024
+
+
+@pytest.mark.parametrize("key,value", [("rounds", 0), ("coverage", "all"), ("data", "hub"),
+                                       ("typo", 1), ("examples_per_client", True)])
+def test_bad_settings_name_the_key(key, value):
+    config = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    config["rehearsal_settings"][key] = value
+    with pytest.raises(InputError, match="rehearsal_settings"):
+        plan.apply(config, ROOT)
+
+
+def test_rehearsal_dry_run_resolves_every_cell():
+    """The whole rehearsal DAG resolves from the paper config (no job runs)."""
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), "-n", "--quiet", "rules", "--configfile",
+         "config/paper.yaml", "config/rehearsal.yaml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    for rule in ("rehearse", "rehearsal_samples", "train_cell", "fedmcp_train_cell",
+                 "fedsum_train_cell", "fedsumm_row", "backbone"):
+        assert rule in out, rule
+
+
+# -- backbone fallback ----------------------------------------------------------------------
+def test_fetch_or_shape_falls_back_only_in_a_rehearsal(caplog):
+    calls = []
+
+    def prepare(settings):
+        calls.append(settings["kind"])
+        if settings["kind"] == "hub":
+            raise InputError("cannot reach the hub")
+        return Path("built")
+
+    hub = {"name": "bart-large", "kind": "hub", "hub_id": "facebook/bart-large", "revision": "main"}
+    with pytest.raises(InputError):
+        fetch_or_shape(hub, prepare)  # a real run never gets random weights
+    calls.clear()
+    with caplog.at_level(logging.WARNING):
+        assert fetch_or_shape({**hub, "fallback": "shape"}, prepare) == Path("built")
+    assert calls == ["hub", "shape"]
+    assert "random weights" in caplog.text and "facebook/bart-large" in caplog.text
+    assert builds_locally({**hub, "fallback": "shape"}) and not builds_locally(hub)
+
+
+# -- the report -----------------------------------------------------------------------------
+def _fake_cell(root: Path, clients: int = 3, n_train: int = 10) -> dict:
+    cell_dir = "results/x/cellA"
+    client_data = {}
+    for i in range(clients):
+        d = root / f"results/data/c{i}"
+        d.mkdir(parents=True)
+        (d / "train.jsonl").write_text("{}\n" * n_train)
+        client_data[f"c{i}"] = f"results/data/c{i}"
+    rounds = [
+        {"round": r, "seconds": 10.0, "clients": [
+            {"partition_id": i, "seconds_steps": 2.0, "seconds_per_step": 2.0} for i in range(clients)]}
+        for r in (1, 2)
+    ]
+    write_json_atomic(root / cell_dir / "provenance.json", {
+        "cell": {"clients": list(client_data), "client_data": client_data,
+                 "train": {"batch_size": 4, "local_epochs": 1}},
+        "engine": "simulation", "machine": {"cuda": False}, "wall_time_s": 25.0,
+        "timing": {"rounds": rounds, "peak_rss_mb": 900.0},
+        "bytes_per_round": [{"round": 1, "down": 100, "up": 50}, {"round": 2, "down": 100, "up": 50}],
+        "parameters": {"total": 10},
+    })
+    write_json_atomic(root / cell_dir / "scores.json", {})
+    bench = root / "benchmarks/train/a.tsv"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+                     "30.0\t0:00:30\t1500.0\t0\t0\t0\t0\t0\t0\t20\n")
+    return {"paper": "p", "method": "M", "backbone": "B", "setting": "s", "cell": cell_dir,
+            "files": [f"{cell_dir}/provenance.json", f"{cell_dir}/scores.json"],
+            "jobs": {"train": {"rule": "train", "log": "logs/train/a.log", "benchmark": "benchmarks/train/a.tsv",
+                               "resources": {"mem_mb": 1000, "runtime": 60}, "shared_by": 1}}}
+
+
+def test_report_measures_and_projects(tmp_path):
+    entry = _fake_cell(tmp_path)
+    settings = {**plan.DEFAULTS, "examples_per_client": 2}
+    row = report.measure_cell(entry, tmp_path, settings, full_rounds=10)
+    assert row["status"] == "ok"
+    assert row["round_s"] == [10.0, 10.0] and row["step_s"] == 2.0
+    assert row["effective_batch"] == 2 and row["batch_size"] == 4
+    assert row["peak_rss_mb"] == 1500.0
+    assert row["bytes_per_round"] == 150
+    p = row["projection"]
+    # 3 clients x ceil(10 / 4) = 9 steps per round, each 2 s x (4 / 2) = 4 s; overhead 10 - 6 = 4 s
+    assert p["steps_per_round"] == 9 and p["step_s_at_paper_batch"] == 4.0
+    assert p["round_s"] == 9 * 4.0 + 4.0
+    assert math.isclose(p["train_hours"], (10 * 40.0 + (25.0 - 20.0)) / 3600)
+    assert p["runtime_covered"] is True  # 6.75 min <= 60
+    assert p["memory_covered"] is False  # 1500 MB > 1000 MB declared
+    hours = report.table_hours([row], {"p": {"t1": ["results/x/B/M/seed~1", "results/x/B/M/seed~2"]}})
+    assert hours[0]["cells"] == 2 and math.isclose(hours[0]["train_hours"], round(2 * p["train_hours"], 2))
+
+
+def test_report_names_the_failure(tmp_path):
+    entry = _fake_cell(tmp_path)
+    (tmp_path / entry["cell"] / "scores.json").unlink()
+    log = tmp_path / "logs/train/a.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("step 1\nTraceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
+    row = report.measure_cell(entry, tmp_path, plan.DEFAULTS, full_rounds=10)
+    assert row["status"] == "failed"
+    assert "CUDA out of memory" in row["reason"] and "logs/train/a.log" in row["reason"]
+    plan_doc = {"settings": plan.DEFAULTS, "cells": [entry], "full_rounds": {"p": 10}, "grids": {},
+                "backbone_dirs": {}, "machine": "test"}
+    write_json_atomic(tmp_path / "plan.json", plan_doc)
+    assert report.main([str(tmp_path)]) == 1
+    md = (tmp_path / "report.md").read_text()
+    assert "0 of 1 cells ok" in md and "CUDA out of memory" in md
+    assert read_json(tmp_path / "report.json")["summary"]["failed"] == 1
