@@ -245,10 +245,14 @@ class ServerStateConfig:
     storage type of the memory gradients MG (``"float32"``: exact; ``"bfloat16"``: half the bytes,
     MG and so g̃ rounded to bfloat16, computed on in float32).  The ρ sums are always float32 (their
     entries differ from each other by far less than bfloat16's 8-bit mantissa resolves).
+    ``wave_size``: the server sends a round's messages to at most this many clients at a time and
+    moves each reply's tensors to disk when it arrives (:class:`fedrepro.fl.strategy.WaveGrid`),
+    so it never holds N models of messages; ``None``: all at once (Flower's way).  Same bits.
     """
 
     storage: str = "memory"
     dtype: str = "float32"
+    wave_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.storage not in STATE_STORAGES:
@@ -258,6 +262,12 @@ class ServerStateConfig:
         if self.dtype not in STATE_DTYPES:
             raise InputError(
                 f"fedsumm.server_state.dtype must be one of {tuple(STATE_DTYPES)}, got {self.dtype!r}"
+            )
+        if self.wave_size is not None and (
+            isinstance(self.wave_size, bool) or not isinstance(self.wave_size, int) or self.wave_size < 1
+        ):
+            raise InputError(
+                f"fedsumm.server_state.wave_size must be a positive integer or null, got {self.wave_size!r}"
             )
 
     @property

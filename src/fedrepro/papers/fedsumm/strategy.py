@@ -149,6 +149,8 @@ class FedSummStrategy(SortedCheckpointFedAvg):
     """The server of a FedSUMM or FedAvg cell (module docstring)."""
 
     def __init__(self, cell: dict, **kwargs):
+        state = ServerStateConfig.from_config(cell.get("server_state"))
+        kwargs.setdefault("wave_size", state.wave_size)
         super().__init__(**kwargs)
         self.cell = cell
         self.regime = cell["regime"]
@@ -234,10 +236,8 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         self._global = OrderedDict(
             (k, v.detach().clone()) for k, v in arrays.to_torch_state_dict().items()
         )
-        self._guidance_bytes = 0
-        messages = super().configure_train(server_round, arrays, config, grid)
-        self._down_bytes += self._guidance_bytes  # w_t and the guidance are both downlink
-        return messages
+        self._guidance_bytes = 0  # summed as the guidance is made (added in aggregate_arrays)
+        return super().configure_train(server_round, arrays, config, grid)
 
     # -- Algorithm 1's server round -------------------------------------------------------------
     def _aggregate_fn(self, absolute_round: int):
@@ -253,12 +253,16 @@ class FedSummStrategy(SortedCheckpointFedAvg):
     def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
         if self._global is None:
             raise RuntimeError("aggregate_arrays before configure_train")
+        self._down_bytes += self._guidance_bytes  # w_t and the guidance are both downlink
         client_replies: dict[str, ClientReply] = {}
         for m in replies:
             metrics = m.content["metrics"]
-            client = self.clients[int(metrics["partition-id"])]
-            # converted tensor by tensor when the server reads them: no second copy of every reply
-            params = _lazy_arrays(m.content["arrays"])
+            pid = int(metrics["partition-id"])
+            client = self.clients[pid]
+            # converted (or read from the wave spool) tensor by tensor when the server reads them:
+            # no second copy of every reply
+            params = (LazyTensors(*self.spooled_arrays(pid)) if pid in self._spooled
+                      else _lazy_arrays(m.content["arrays"]))
             if "train-loss" not in metrics:
                 raise RuntimeError(f"round {absolute_round}: client {client} sent no train-loss")
             if self.algorithm.client_gradient == "delta":
