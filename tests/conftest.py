@@ -15,3 +15,14 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"real data samples not present at {SHARED_DATA} (only on the project's dev machines)")
     return SHARED_DATA
+
+
+def pytest_collection_modifyitems(config, items):
+    """``rehearsal``-marked tests (true-size cells, minutes each) run only with
+    ``FEDREPRO_REHEARSAL=1`` (``make rehearse``); elsewhere they are skipped with that reason."""
+    if os.environ.get("FEDREPRO_REHEARSAL") == "1":
+        return
+    skip = pytest.mark.skip(reason="true-size rehearsal cells: run by `make rehearse` (FEDREPRO_REHEARSAL=1)")
+    for item in items:
+        if "rehearsal" in item.keywords:
+            item.add_marker(skip)

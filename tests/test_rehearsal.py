@@ -116,12 +116,14 @@ def test_bad_settings_name_the_key(key, value):
         plan.apply(config, ROOT)
 
 
-def test_rehearsal_dry_run_resolves_every_cell():
-    """The whole rehearsal DAG resolves from the paper config (no job runs)."""
+def test_rehearsal_dry_run_resolves_every_cell(tmp_path):
+    """The whole rehearsal DAG resolves from the paper config (no job runs), in a scratch
+    directory (the repository's own results/rehearsal/ may hold a finished rehearsal)."""
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "snakemake"), "-n", "--quiet", "rules", "--configfile",
-         "config/paper.yaml", "config/rehearsal.yaml"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [str(Path(sys.executable).parent / "snakemake"), "-n", "--quiet", "rules",
+         "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(ROOT / "config/paper.yaml"), str(ROOT / "config/rehearsal.yaml")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout + proc.stderr

@@ -225,13 +225,17 @@ class FedSumScaffold(FedSumRunnerStrategy):
 
     def __init__(self, cell: Mapping, **kwargs):
         self.control: OrderedDict | None = None
+        self._control_record: tuple[int, ArrayRecord] | None = None
         super().__init__(cell, **kwargs)
         self.global_lr = float((cell.get("baselines") or {}).get("scaffold_global_lr", 1.0))
 
     def records_for(self, absolute_round: int, client: str) -> dict:
         if self.control is None:
             self.control = zeros_like_state(self._current)  # c = 0 before round 1
-        return {"scaffold-c": ArrayRecord(self.control)}
+        # one record for every client of the round (not a 0.44 GB copy each at BERT-base size)
+        if self._control_record is None or self._control_record[0] != absolute_round:
+            self._control_record = (absolute_round, ArrayRecord(self.control))
+        return {"scaffold-c": self._control_record[1]}
 
     def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
         missing = [

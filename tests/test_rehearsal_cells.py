@@ -1,0 +1,75 @@
+"""One rehearsal cell per paper at the paper models' true dimensions, through the workflow.
+
+Marked ``rehearsal``: about ten minutes on 2 CPU cores, so not part of ``make test`` (CI) --
+``make rehearse`` runs it (``FEDREPRO_REHEARSAL=1``) after the full rehearsal.  Each cell runs from
+a scratch working directory with ``config/paper.yaml`` + ``config/rehearsal.yaml``: generated
+samples through the real parsers, ``kind: shape`` backbones (no hub here), the paper's clients,
+batch sizes, sequence lengths and adapters, two rounds of a few steps.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedrepro.models.shapes import ARCHITECTURES
+
+pytestmark = pytest.mark.rehearsal
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = "results/rehearsal"  # the rehearsal's working directory, inside the scratch directory
+
+CELLS = {
+    # paper: (cell folder, backbone folder, hub id of its architecture)
+    "adafedseleckd": ("results/adafedseleckd/domains/bart-base/AdaFedSelectKD/all/seed~1",
+                      "results/backbones/bart-base", "facebook/bart-base"),
+    "fedmcp": ("results/fedmcp/crosstask/roberta-base/FedMCP/seed~1",
+               "results/backbones/roberta-base", "FacebookAI/roberta-base"),
+    "fedsum": ("results/fedsum/cnndm-a0.1/bert-base/FedSum/seed~1",
+               "results/backbones/bert-base", "google-bert/bert-base-uncased"),
+    "fedsumm": ("results/fedsumm/csl/n50/bart/FedSUMM/seed~1",
+                "results/fedsumm/backbone/bart-base-chinese", "fnlp/bart-base-chinese"),
+}
+
+
+@pytest.fixture(scope="module")
+def rehearsed(tmp_path_factory):
+    work = tmp_path_factory.mktemp("rehearsal")
+    targets = [f"{cell}/scores.json" for cell, _, _ in CELLS.values()]
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), *targets, "--cores", "all",
+         "--snakefile", str(ROOT / "Snakefile"), "--directory", str(work),
+         "--configfile", str(ROOT / "config/paper.yaml"), str(ROOT / "config/rehearsal.yaml")],
+        capture_output=True, text=True, timeout=3600, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return work / WORK
+
+
+@pytest.mark.parametrize("paper", sorted(CELLS))
+def test_one_true_size_cell_per_paper(rehearsed, paper):
+    cell_dir, backbone_dir, hub_id = CELLS[paper]
+    meta = json.loads((rehearsed / backbone_dir / "fedrepro_backbone.json").read_text())
+    assert meta["kind"] == "shape" and meta["hub_id"] == hub_id  # no hub here: true size, random weights
+    config = json.loads((rehearsed / backbone_dir / "config.json").read_text())
+    arch = ARCHITECTURES[hub_id].config
+    for key in ("vocab_size", "d_model", "hidden_size", "encoder_layers", "num_hidden_layers"):
+        if key in arch:
+            assert config[key] == arch[key], key
+    prov = json.loads((rehearsed / cell_dir / "provenance.json").read_text())
+    assert prov["cell"]["rehearsal"] == {"examples_per_client": 2, "eval_examples": 2}
+    assert prov["cell"]["train"]["rounds"] == 2
+    rounds = prov["timing"]["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert all(c["seconds_per_step"] > 0 for r in rounds for c in r["clients"])
+    n_clients = {"adafedseleckd": 3, "fedmcp": 6, "fedsum": 4, "fedsumm": 50}[paper]  # per round
+    assert all(len(r["clients"]) == n_clients for r in rounds)
+    log = json.loads((rehearsed / cell_dir / "train_log.json").read_text())
+    assert len(log["rounds"]) == 2
+    assert all(e["bytes_up"] > 0 and e["bytes_down"] > 0 for e in log["rounds"])
+    scores = json.loads((rehearsed / cell_dir / "scores.json").read_text())
+    assert scores  # evaluated (random weights: the numbers mean nothing)
