@@ -31,6 +31,7 @@ rehearse: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores all --keep-going --configfile config/paper.yaml config/rehearsal.yaml \
 	  || ($(BIN)/python -m fedrepro.rehearsal.report results/rehearsal; exit 1)
 	@cat results/rehearsal/report.md
+	FEDREPRO_REHEARSAL=1 FEDREPRO_REHEARSAL_DIR=$(CURDIR) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests/test_rehearsal_cells.py
 
 dry-run-paper: $(STAMP)
 	$(BIN)/snakemake -n --configfile config/paper.yaml
