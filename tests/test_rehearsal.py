@@ -49,7 +49,7 @@ def test_apply_reduces_only_what_the_rehearsal_reduces():
     assert gen["max_new_tokens"] == 8 and gen["min_new_tokens"] == 8
     assert {k: v for k, v in gen.items() if k not in ("max_new_tokens", "min_new_tokens")} == {
         k: v for k, v in pgen.items() if k not in ("max_new_tokens", "min_new_tokens")}
-    assert config["fedsumm"]["clients"] == 50  # the paper's clients
+    assert config["fedsumm"]["clients"] == 10  # Fig. 5(b)'s N on this machine (config/rehearsal.yaml); paper.yaml alone: 50
     assert config["partitions"]["fedsum"]["num_clients"] == 20
     assert config["partitions"]["fedsum"]["total"] == 20 * 4
     assert all(d["source"] == "samples" and d["samples_dir"] == f"samples/{n}"
@@ -57,6 +57,14 @@ def test_apply_reduces_only_what_the_rehearsal_reduces():
     assert all(b.get("fallback") == "shape" for b in config["backbones"].values())
     assert config["fedsumm"]["backbone"]["fallback"] == "shape"
     assert config["rehearsal_original"]["seeds"] == paper["seeds"]
+
+
+def test_paper_config_alone_keeps_table_one_clients():
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    paper["rehearsal"] = True
+    config = plan.apply(paper, ROOT)
+    assert config["fedsumm"]["clients"] == 50
+    assert {c["setting"] for c in plan.cells(config) if c["paper"] == "fedsumm"} == {"csl/n50"}
 
 
 def test_configured_data_paths_become_absolute(tmp_path):
@@ -86,7 +94,7 @@ def test_cover_runs_every_method_backbone_and_model():
     fsm = by["fedsumm"]
     assert {(c["backbone"], c["method"]) for c in fsm} == {
         (m, r) for m in fedsumm_grid.MODELS for r in fedsumm_grid.REGIMES}
-    assert all(c["setting"].endswith("/n50") for c in fsm)
+    assert all(c["setting"].endswith("/n10") for c in fsm)
     # every cell's files are produced by the workflow's rules (checked by the dry run below)
     assert all(f.startswith("results/") for c in cells for f in c["files"])
 

@@ -33,7 +33,7 @@ CELLS = {
                "results/backbones/roberta-base", "FacebookAI/roberta-base"),
     "fedsum": ("results/fedsum/cnndm-a0.1/bert-base/FedSum/seed~1",
                "results/backbones/bert-base", "google-bert/bert-base-uncased"),
-    "fedsumm": ("results/fedsumm/csl/n50/bart/FedSUMM/seed~1",
+    "fedsumm": ("results/fedsumm/csl/n10/bart/FedSUMM/seed~1",
                 "results/fedsumm/backbone/bart-base-chinese", "fnlp/bart-base-chinese"),
 }
 
@@ -70,7 +70,7 @@ def test_one_true_size_cell_per_paper(rehearsed, paper):
     rounds = prov["timing"]["rounds"]
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(c["seconds_per_step"] > 0 for r in rounds for c in r["clients"])
-    n_clients = {"adafedseleckd": 3, "fedmcp": 6, "fedsum": 4, "fedsumm": 50}[paper]  # per round
+    n_clients = {"adafedseleckd": 3, "fedmcp": 6, "fedsum": 4, "fedsumm": 10}[paper]  # per round (FedSUMM: config/rehearsal.yaml)
     assert all(len(r["clients"]) == n_clients for r in rounds)
     log = json.loads((rehearsed / cell_dir / "train_log.json").read_text())
     assert len(log["rounds"]) == 2
