@@ -124,3 +124,46 @@ def test_the_teacher_of_round_r_is_the_servers_aggregate_of_round_r_minus_1(worl
 
     log = json.loads(open(f"{out}/train_log.json").read())
     assert all(c["kd_fraction"] == 1.0 for e in log["rounds"] for c in e["clients"])
+
+
+@pytest.mark.parametrize("start", ["persistent", "aggregate"])
+def test_local_start_reads_algorithm_1_either_way(world, monkeypatch, start):
+    """``train.local_start``: the local adapter of round 2 starts from the client's own round-1
+    adapter (persistent, default) or from the server's aggregate W^2 (aggregate: Algorithm 1,
+    line 4 literally)."""
+    cell = _cell(world, "AdaFedSelectKD", f"start-{start}", tau=1e9, rounds=2)
+    cell["train"]["local_start"] = start
+    cell["keep_round_checkpoints"] = True
+    loaded: list[tuple[int, str, dict]] = []
+    original = AdapterSummarizer.load_adapter_state
+    current = {"r": 0, "client": None}
+    train_round = task.client_train_round
+
+    def spy_round(cell_, client, round_index, server_state, **kw):
+        current.update(r=round_index, client=client)
+        return train_round(cell_, client, round_index, server_state, **kw)
+
+    def spy_load(self, role, state):
+        if role == "local":
+            loaded.append((current["r"], current["client"], {k: v.clone() for k, v in state.items()}))
+        return original(self, role, state)
+
+    monkeypatch.setattr(task, "client_train_round", spy_round)
+    monkeypatch.setattr(AdapterSummarizer, "load_adapter_state", spy_load)
+    out = cell["out_dir"]
+    run_cell(cell, f"{out}/adapters.safetensors", f"{out}/train_log.json", f"{out}/provenance.json")
+    aggregate = load_state(checkpoint_paths(out, 1)[0])
+    second = [(c, s) for r, c, s in loaded if r == 2]
+    assert len(second) == 3
+    for client, state in second:
+        own = load_state(task.client_state_path(cell, client, 1))
+        expected = aggregate if start == "aggregate" else own
+        assert all(torch.equal(state[k], expected[k]) for k in expected)
+        assert any(not torch.equal(own[k], aggregate[k]) for k in own)  # the two readings differ
+
+
+def test_bad_local_start_names_the_key(world):
+    cell = _cell(world, "AdaFedSelectKD", "bad-start", tau=5.0)
+    cell["train"]["local_start"] = "fresh"
+    with pytest.raises(Exception, match="adafedseleckd.train.local_start"):
+        task.client_train_round(cell, CLIENT, 2, task.initial_state(cell))

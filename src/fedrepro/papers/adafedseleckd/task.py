@@ -122,7 +122,9 @@ def client_train_round(
         model.load_adapter_state("global", server_state)
         folder = client_state_path(cell, client, round_index).parent
         prev = latest_client_round(folder, CLIENT_STATE_PREFIX, round_index - 1) if round_index > 1 else 0
-        if prev:
+        if local_start(cell) == "aggregate":  # Algorithm 1, line 4 read literally: W from W^r
+            model.load_adapter_state("local", server_state)
+        elif prev:
             model.load_adapter_state("local", load_state(client_state_path(cell, client, prev)))
         elif round_index == 1:
             model.load_adapter_state("local", server_state)
@@ -143,6 +145,23 @@ def client_train_round(
     save_state(client_state_path(cell, client, round_index), state)
     stats["num_examples"] = len(examples)
     return state, stats
+
+
+LOCAL_STARTS = ("persistent", "aggregate")
+
+
+def local_start(cell: dict) -> str:
+    """Where a KD method's local adapter starts a round (``adafedseleckd.train.local_start``):
+    ``persistent`` (default; Fig. 3 and §III-B: "instead of directly adopting server parameters as
+    local adapter parameters") continues the client's own local adapter; ``aggregate`` reads
+    Algorithm 1 line 4 literally, ``AdaFedSelectKD(i, W^r)``: every round the local adapter starts
+    from the server's aggregate W^r, like the teacher (docs/decisions.md)."""
+    value = cell["train"].get("local_start", "persistent")
+    if value not in LOCAL_STARTS:
+        raise InputError(
+            f"adafedseleckd.train.local_start must be one of {LOCAL_STARTS}, got {value!r}"
+        )
+    return value
 
 
 # -- the runner protocol (see fedrepro.fl.tasks) --------------------------------------------
