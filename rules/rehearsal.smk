@@ -12,7 +12,7 @@ if config.get("rehearsal"):
 
     rule rehearsal_samples:
         output:
-            directory(rplan.SAMPLES_DIR + "/{source}"),
+            directory("samples/{source}"),  # rplan.SAMPLES_DIR
         wildcard_constraints:
             source="|".join(ALL_SOURCES),
         params:

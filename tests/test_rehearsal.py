@@ -230,3 +230,8 @@ def test_report_names_the_failure(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "0 of 1 cells ok" in md and "CUDA out of memory" in md
     assert read_json(tmp_path / "report.json")["summary"]["failed"] == 1
+
+
+def test_samples_rule_writes_where_the_plan_points():
+    text = (ROOT / "rules/rehearsal.smk").read_text()
+    assert f'directory("{plan.SAMPLES_DIR}/{{source}}")' in text

@@ -90,7 +90,8 @@ def test_conda_envs_pin_the_same_versions_as_requirements():
     # every rule that runs something has a conda env (named targets only collect inputs)
     for smk in (ROOT / "rules").glob("*.smk"):
         text = smk.read_text()
-        n_jobs = len(re.findall(r"^    (?:script|shell|run):", text, flags=re.M))
+        # (rules inside an ``if config...:`` block, as rules/rehearsal.smk's, are indented deeper)
+        n_jobs = len(re.findall(r"^\s+(?:script|shell|run):", text, flags=re.M))
         assert text.count("conda:") == n_jobs, smk.name
 
 
