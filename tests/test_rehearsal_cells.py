@@ -64,9 +64,13 @@ def test_one_true_size_cell_per_paper(rehearsed, paper):
     assert meta["kind"] == "shape" and meta["hub_id"] == hub_id  # no hub here: true size, random weights
     config = json.loads((rehearsed / backbone_dir / "config.json").read_text())
     arch = ARCHITECTURES[hub_id].config
-    for key in ("vocab_size", "d_model", "hidden_size", "encoder_layers", "num_hidden_layers"):
-        if key in arch:
-            assert config[key] == arch[key], key
+    # (save_pretrained drops aliases such as BART's num_hidden_layers: compare what both hold)
+    keys = [k for k in ("vocab_size", "d_model", "hidden_size", "encoder_layers", "decoder_layers",
+                        "num_hidden_layers", "encoder_ffn_dim", "intermediate_size")
+            if k in arch and k in config]
+    assert "vocab_size" in keys and len(keys) >= 3, keys
+    for key in keys:
+        assert config[key] == arch[key], key
     prov = json.loads((rehearsed / cell_dir / "provenance.json").read_text())
     assert prov["cell"]["rehearsal"] == {"examples_per_client": 2, "eval_examples": 2}
     assert prov["cell"]["train"]["rounds"] == 2
