@@ -4,7 +4,7 @@
 
 Every file must exist in both trees and be byte-identical, except ``provenance.json``, which is
 compared as JSON without the keys that record when and from which commit it ran
-(``wall_time_s``, ``git_commit``). Prints one line per difference and a summary; exits 1 when
+(``wall_time_s``, ``git_commit``, ``timing``). Prints one line per difference and a summary; exits 1 when
 anything differs, 0 when the trees are equal.
 """
 
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-VOLATILE_PROVENANCE_KEYS = ("wall_time_s", "git_commit")
+VOLATILE_PROVENANCE_KEYS = ("wall_time_s", "git_commit", "timing")
 
 
 def _files(root: Path) -> set[str]:

@@ -31,7 +31,7 @@ def test_reports_each_difference(tmp_path, capsys):
     (b / "a/cell/provenance.json").write_text(json.dumps(prov))
     assert compare(a, b) == [
         f"only in {a}: extra.csv",
-        "differs (beyond wall_time_s, git_commit): a/cell/provenance.json",
+        "differs (beyond wall_time_s, git_commit, timing): a/cell/provenance.json",
         "differs: a/cell/scores.json",
     ]
     assert main([str(a), str(b)]) == 1

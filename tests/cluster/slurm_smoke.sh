@@ -293,7 +293,7 @@ done
 extra=$(cd "$TMP/slurm" && find results -type f | sort | comm -13 <(cd "$TMP/local" && find results -type f | sort) -)
 [[ -z $extra ]] || diffs+=("only in the SLURM run: $(echo $extra)")
 ((${#diffs[@]} == 0)) || die "SLURM and local outputs differ: ${diffs[*]}"
-timeout -k 5 60 "$VENV/bin/python" - "$TMP/local" "$TMP/slurm" "${provs[@]}" <<'PY' || die "provenance.json differs beyond wall_time_s"
+timeout -k 5 60 "$VENV/bin/python" - "$TMP/local" "$TMP/slurm" "${provs[@]}" <<'PY' || die "provenance.json differs beyond wall_time_s and timing"
 import json
 import sys
 from pathlib import Path
@@ -302,14 +302,15 @@ local, slurm, files = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 bad = []
 for f in files:
     a, b = (json.loads((d / f).read_text()) for d in (local, slurm))
-    a.pop("wall_time_s", None)
-    b.pop("wall_time_s", None)
+    for key in ("wall_time_s", "timing"):  # measured times and memory (fedrepro.fl.cell.run_cell)
+        a.pop(key, None)
+        b.pop(key, None)
     if a != b:
         bad.append(f + ": " + ", ".join(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)))
 print("\n".join(bad), file=sys.stderr)
 sys.exit(1 if bad else 0)
 PY
 lap compare
-say "PASS: $n_sub jobs ran through sbatch; all ${#files[@]} output files byte-identical to the local run (incl. results/tables/$TARGET.{csv,md,tex} and $cells cells' scores.json); ${#provs[@]} provenance.json equal but for wall_time_s"
+say "PASS: $n_sub jobs ran through sbatch; all ${#files[@]} output files byte-identical to the local run (incl. results/tables/$TARGET.{csv,md,tex} and $cells cells' scores.json); ${#provs[@]} provenance.json equal but for wall_time_s and timing"
 say "times: ${TIMES[*]}"
 OK=1
