@@ -355,11 +355,12 @@ class MemoryVectorStore:
         return 0  # RAM is freed by retain()
 
     def state_dict(self, names: Iterable[str]) -> dict:
+        names = sorted(set(names))
         return {
             "kind": self.kind,
             "counter": self.counter,
-            "vectors": {n: self.vectors[n] for n in sorted(set(names))},
-            "norms": {n: self.norms[n] for n in sorted(set(names)) if n in self.norms},
+            **self._payload_state(names),
+            "norms": {n: self.norms[n] for n in names if n in self.norms},
         }
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -368,9 +369,16 @@ class MemoryVectorStore:
                 f"saved FedSUMM server state was kept in {state.get('kind')!r} storage, not "
                 f"{self.kind!r} (fedsumm.server_state.storage)"
             )
+        self._load_payload(state)
         self.counter = int(state["counter"])
-        self.vectors = {n: OrderedDict(v) for n, v in state["vectors"].items()}
         self.norms = dict(state["norms"])
+
+    # what each storage saves of its vectors (the rest of the state is shared)
+    def _payload_state(self, names: list[str]) -> dict:
+        return {"vectors": {n: self.vectors[n] for n in names}}
+
+    def _load_payload(self, state: Mapping) -> None:
+        self.vectors = {n: OrderedDict(v) for n, v in state["vectors"].items()}
 
 
 class DiskVectorStore(MemoryVectorStore):
@@ -472,21 +480,10 @@ class DiskVectorStore(MemoryVectorStore):
                 p.unlink()
         return freed
 
-    def state_dict(self, names: Iterable[str]) -> dict:
-        return {
-            "kind": self.kind,
-            "counter": self.counter,
-            "directory": str(self.directory),
-            "meta": {n: self.meta[n] for n in sorted(set(names))},
-            "norms": {n: self.norms[n] for n in sorted(set(names)) if n in self.norms},
-        }
+    def _payload_state(self, names: list[str]) -> dict:
+        return {"directory": str(self.directory), "meta": {n: self.meta[n] for n in names}}
 
-    def load_state_dict(self, state: Mapping) -> None:
-        if state.get("kind") != self.kind:
-            raise InputError(
-                f"saved FedSUMM server state was kept in {state.get('kind')!r} storage, not "
-                f"{self.kind!r} (fedsumm.server_state.storage)"
-            )
+    def _load_payload(self, state: Mapping) -> None:
         meta = {n: dict(m) for n, m in state["meta"].items()}
         for n, m in meta.items():
             path, expected = self.path(n), _file_bytes(m)
@@ -495,9 +492,7 @@ class DiskVectorStore(MemoryVectorStore):
                     f"{path}: server-state file missing or of the wrong size (expected {expected} "
                     f"bytes); delete {self.directory.parent} to restart this cell"
                 )
-        self.counter = int(state["counter"])
         self.meta = meta
-        self.norms = dict(state["norms"])
 
 
 def _write_all(f, arr: np.ndarray) -> None:
