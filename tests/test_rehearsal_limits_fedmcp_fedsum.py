@@ -175,6 +175,3 @@ def test_grid_cells_carry_the_rehearsal_only_in_a_rehearsal():
     for cells in ([sum_grid.make_fedsum_cell(rehearsal, run["setting"], run["method"], 1)],
                   sum_grid.row_cells(rehearsal, run["setting"], 1)):
         assert all(c["rehearsal"] == settings for c in cells)
-    limit = config["fedsum"]["eval"].get("max_test_docs")
-    assert sum_grid.max_test_docs(config) == limit
-    assert sum_grid.max_test_docs(rehearsal) == 1

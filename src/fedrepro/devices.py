@@ -9,6 +9,8 @@ the CPU; CUDA kernels are not all deterministic.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -77,20 +79,14 @@ class StepTimer:
         if self.cuda:
             torch.cuda.synchronize()
 
+    @contextlib.contextmanager
     def step(self):
-        import contextlib
-        import time
-
-        @contextlib.contextmanager
-        def _timed():
-            self._sync()
-            t0 = time.perf_counter()
-            yield
-            self._sync()
-            self.seconds += time.perf_counter() - t0
-            self.steps += 1
-
-        return _timed()
+        self._sync()
+        t0 = time.perf_counter()
+        yield
+        self._sync()
+        self.seconds += time.perf_counter() - t0
+        self.steps += 1
 
     def stats(self) -> dict:
         out = {"seconds_steps": self.seconds, "seconds_per_step": self.seconds / max(self.steps, 1)}

@@ -27,6 +27,3 @@ def rehearsal_limit(cell: Mapping, items: Sequence[T], split: str) -> Sequence[T
     n = int(limits[key])
     return items[:n]
 
-
-def is_rehearsal(cell: Mapping) -> bool:
-    return bool(cell.get("rehearsal"))

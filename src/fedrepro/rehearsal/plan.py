@@ -36,11 +36,9 @@ every method on every backbone (AdaFedSelecKD) and every FedSUMM corpus.
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 
 from fedrepro import grid as wf
-from fedrepro.grid import section
 from fedrepro.io import InputError
 from fedrepro.papers.adafedseleckd import grid as ada
 from fedrepro.papers.fedmcp import grid as fedmcp
@@ -262,15 +260,12 @@ def cells(config: dict) -> list[dict]:
 def data_files(config: dict) -> list[str]:
     """Besides the cells: every configured source prepared by its real parser, and the FedSUMM
     client split of every available corpus at the tables' N."""
-    out = [f"results/data/{name}/prepare_report.json" for name in sorted(section(config, "data"))]
+    out = [f"results/data/{name}/prepare_report.json" for name in sorted(wf.section(config, "data"))]
     if "fedsumm" in config:
         n = fedsumm.table_clients(config)
         out += [fedsumm.clients_dir(config, c, n) for c in fedsumm.available_corpora(config)]
     return out
 
-
-def steps_per_round(batch_size: int, examples: int, epochs: int = 1) -> int:
-    return int(epochs) * math.ceil(int(examples) / int(batch_size))
 
 
 def full_grids(original: dict) -> dict[str, dict[str, list[str]]]:

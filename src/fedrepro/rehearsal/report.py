@@ -251,7 +251,8 @@ def build(plan: dict, root: str | Path, json_out: str | Path, md_out: str | Path
     for name, folder in plan.get("backbone_dirs", {}).items():
         meta = root / folder / "fedrepro_backbone.json"
         if meta.exists():
-            backbones[name] = read_json(meta).get("scale") or read_json(meta).get("kind") or "local"
+            info = read_json(meta)
+            backbones[name] = info.get("scale") or info.get("kind") or "local"
         elif (root / folder).exists():
             backbones[name] = "checkpoint"
         else:

@@ -409,19 +409,6 @@ def figure4_inputs(config: dict) -> list[str]:
     )
 
 
-def max_test_docs(config: dict) -> int | None:
-    """``fedsum.eval.max_test_docs`` for the data folder (``fedsum_client_data``), capped at the
-    rehearsal's ``eval_examples`` in a rehearsal (``rehearsal: true``); unchanged otherwise.  The
-    cells' evaluation keeps the first ``eval_examples`` test documents either way
-    (:func:`fedrepro.papers.fedsum.task.test_docs`)."""
-    limit = ((config.get("fedsum") or {}).get("eval") or {}).get("max_test_docs")
-    rehearsal = rehearsal_cell(config).get("rehearsal")
-    if rehearsal:
-        n = int(rehearsal["eval_examples"])
-        return n if limit is None else min(int(limit), n)
-    return limit
-
-
 def wildcard_pattern(values: list[str]) -> str:
     """An alternation matching exactly ``values`` (escaped), for ``wildcard_constraints``."""
     return "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) if values else "^$"
