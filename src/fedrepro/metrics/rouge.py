@@ -96,9 +96,9 @@ class CharTokenizer:
         return [ch for ch in text if not ch.isspace()]
 
 
-def _scorer(lang: str) -> rouge_scorer.RougeScorer:
+def _scorer(lang: str, stemming: bool = True) -> rouge_scorer.RougeScorer:
     if lang == "en":
-        return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+        return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=bool(stemming))
     if lang == "zh":
         return rouge_scorer.RougeScorer(list(ROUGE_TYPES), tokenizer=CharTokenizer())
     raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
@@ -122,7 +122,9 @@ def _checked_pairs(predictions, references) -> tuple[list[str], list[str]]:
     return predictions, references
 
 
-def rouge_scores(predictions: list[str], references: list[str], lang: str = "en") -> dict:
+def rouge_scores(
+    predictions: list[str], references: list[str], lang: str = "en", stemming: bool = True
+) -> dict:
     """Score predictions against references with ROUGE-1, ROUGE-2 and ROUGE-L (F1, percent).
 
     Parameters
@@ -136,6 +138,9 @@ def rouge_scores(predictions: list[str], references: list[str], lang: str = "en"
         ``"zh"``: :class:`CharTokenizer` (every character is a token except whitespace and
         punctuation, see :func:`is_dropped_char`; no stemming), because the default tokenizer
         drops all non-ASCII text.
+    stemming : bool, default True
+        English only: Porter stemming (``rouge_score``'s ``use_stemmer``).  HuggingFace
+        ``evaluate``'s ROUGE, which AdaFedSelecKD cites, defaults to no stemming.
 
     Returns
     -------
@@ -157,7 +162,7 @@ def rouge_scores(predictions: list[str], references: list[str], lang: str = "en"
     order (e.g. ROUGE-2 of single-token texts, or empty strings).
     """
     predictions, references = _checked_pairs(predictions, references)
-    scorer = _scorer(lang)
+    scorer = _scorer(lang, stemming)
     per_example: dict[str, list[float]] = {t: [] for t in ROUGE_TYPES}
     for pred, ref in zip(predictions, references, strict=True):
         scores = scorer.score(ref, pred)  # rouge_score's signature is score(target, prediction)

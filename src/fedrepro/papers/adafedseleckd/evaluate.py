@@ -38,8 +38,15 @@ def generate_summaries(model, tokenizer, examples, gen: dict, batch_size: int) -
     return out
 
 
+def rouge_stemming(cell: dict) -> bool:
+    """``adafedseleckd.rouge_stemming``: §IV-C scores with HuggingFace ``evaluate``'s ROUGE, whose
+    default is no stemming (``use_stemmer=False``); that is the default here (docs/decisions.md)."""
+    return bool(cell.get("rouge_stemming", False))
+
+
 def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_out: str) -> dict:
-    """Generate for each evaluated client's test set and score with ROUGE-1/2/L F1 (stemming on).
+    """Generate for each evaluated client's test set and score with ROUGE-1/2/L F1 (stemming per
+    :func:`rouge_stemming`).
 
     Writes ``predictions_out`` (jsonl: client, id, prediction, reference) and ``scores_out`` in the
     contract read by :func:`fedrepro.papers.adafedseleckd.report.collect_scores`.
@@ -56,7 +63,7 @@ def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_o
         examples = list(client_examples(cell, client, "test"))
         preds = generate_summaries(model, tokenizer, examples, gen, int(gen["batch_size"]))
         refs = [r["target"] for r in records]
-        scores = rouge_scores(preds, refs, lang="en")
+        scores = rouge_scores(preds, refs, lang="en", stemming=rouge_stemming(cell))
         per_client[client] = {k: scores[k] for k in ("rouge1", "rouge2", "rougeL")} | {"n": scores["n"]}
         rows.extend(
             {"client": client, "id": r["id"], "prediction": p, "reference": r["target"]}

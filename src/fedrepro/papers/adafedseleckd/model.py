@@ -42,6 +42,13 @@ class AdapterSummarizer(nn.Module):
         Adapter bottleneck m (paper: 2048 large, 1536 base).
     roles : tuple of str
         ``("local",)`` for single-adapter methods, ``("global", "local")`` for the KD methods.
+    backbone_dropout : bool
+        Whether the frozen backbone's dropout runs while the adapters train
+        (``adafedseleckd.train.backbone_dropout``; docs/decisions.md).  False: the backbone is
+        always in eval mode.  True: it follows the module's train/eval mode, as in a HuggingFace
+        training loop over the whole model; the frozen prefix is still computed once per batch
+        (one dropout draw shared by both adapter paths) and the teacher (global) path's top layers
+        run without dropout, as a distillation teacher does.
     """
 
     def __init__(
@@ -50,8 +57,10 @@ class AdapterSummarizer(nn.Module):
         adapter_top_k: int,
         bottleneck: int,
         roles: tuple[str, ...] = ("local",),
+        backbone_dropout: bool = False,
     ) -> None:
         super().__init__()
+        self.backbone_dropout = bool(backbone_dropout)
         self.backbone = backbone
         for p in self.backbone.parameters():
             p.requires_grad_(False)
@@ -87,7 +96,8 @@ class AdapterSummarizer(nn.Module):
     # -- modes and parameters -------------------------------------------------------------
     def train(self, mode: bool = True) -> AdapterSummarizer:
         super().train(mode)
-        self.backbone.eval()  # frozen backbone: no dropout, whatever the adapters' mode
+        if not self.backbone_dropout:
+            self.backbone.eval()  # frozen backbone: no dropout, whatever the adapters' mode
         return self
 
     def trainable_parameters(self) -> list[nn.Parameter]:
@@ -176,8 +186,15 @@ class AdapterSummarizer(nn.Module):
         prefix = self.frozen_prefix(input_ids, attention_mask, decoder_input_ids)
         teacher_logits = None
         if teacher is not None:
-            with torch.no_grad():
-                teacher_logits = self.adapted_logits(prefix, teacher)
+            top = self.backbone.get_decoder().layers[self.first_adapted :]
+            modes = [m.training for m in top.modules()]
+            top.eval()  # the teacher path without dropout (a no-op when the backbone is in eval)
+            try:
+                with torch.no_grad():
+                    teacher_logits = self.adapted_logits(prefix, teacher)
+            finally:
+                for m, mode in zip(top.modules(), modes):
+                    m.training = mode
         student_logits = self.adapted_logits(prefix, student)
         self.router.active = "local" if "local" in self.stacks else student
         return student_logits, teacher_logits
@@ -207,12 +224,13 @@ def build_summarizer(
     bottleneck: int,
     roles: tuple[str, ...],
     adapter_init_seed: int,
+    backbone_dropout: bool = False,
 ):
     """Load a backbone folder and wrap it; every role starts from :func:`initial_adapter_state`."""
     from fedrepro.models.backbones import load_backbone
 
     tokenizer, backbone = load_backbone(backbone_dir)
-    model = AdapterSummarizer(backbone, adapter_top_k, bottleneck, roles)
+    model = AdapterSummarizer(backbone, adapter_top_k, bottleneck, roles, backbone_dropout)
     init = initial_adapter_state(backbone.config.d_model, bottleneck, adapter_top_k, adapter_init_seed)
     for role in roles:
         model.load_adapter_state(role, init)

@@ -34,10 +34,10 @@ log = logging.getLogger(__name__)
 
 @functools.lru_cache(maxsize=4)
 def _cached_model(backbone_dir: str, top_k: int, bottleneck: int, roles: tuple[str, ...], seed: int,
-                  device: str = "cpu"):
+                  device: str = "cpu", backbone_dropout: bool = False):
     from fedrepro.papers.adafedseleckd.model import build_summarizer
 
-    tokenizer, model = build_summarizer(backbone_dir, top_k, bottleneck, roles, seed)
+    tokenizer, model = build_summarizer(backbone_dir, top_k, bottleneck, roles, seed, backbone_dropout)
     return tokenizer, model.to(device)
 
 
@@ -51,6 +51,7 @@ def get_model(cell: dict):
         spec.roles,
         int(cell["seed"]),
         str(cell_device(cell)),
+        bool(cell["train"].get("backbone_dropout", False)),
     )
 
 
