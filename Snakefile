@@ -34,7 +34,7 @@ rule all:
         ["report.json", "report.md"]
         if config.get("rehearsal")
         else [
-        ADAFEDSELECKD_TABLES,
+        ADAFEDSELECKD_ALL,
         FEDMCP_ALL,
         FEDSUMM_ALL,
         FEDSUM_ALL,

@@ -1,21 +1,26 @@
-# AdaFedSelecKD (Tables III, IV, VI): one training cell per (backbone, method, scope, seed) over
-# the QMSum domain clients, its ROUGE evaluation, and the main tables.
-# Grid logic: fedrepro.papers.adafedseleckd.grid.
+# AdaFedSelecKD: one training cell per (split, backbone, method[~variant], scope, seed), its ROUGE
+# evaluation, the main tables (III, IV, VI) and every other experiment of the paper (Tables V, VII,
+# VIII, Figs. 4-12: adafedseleckd_<name>).  Grid logic: fedrepro.papers.adafedseleckd.grid.
 from fedrepro.papers.adafedseleckd import grid as ada
+from fedrepro.papers.adafedseleckd.methods import METHODS as ADA_METHODS
 
 ADA = config["adafedseleckd"]
-QMSUM_DOMAINS = ["Academic", "Committee", "Product"]
 TABLES = [t for t, b in ada.TABLE_BACKBONES.items() if b in ADA["backbones"]]
 ADAFEDSELECKD_TABLES = expand(
     "results/tables/adafedseleckd_{table}.{ext}", table=TABLES, ext=["csv", "md", "tex"]
 )
+ADA_EXPERIMENTS = [e for e in ada.EXPERIMENTS if e in ADA.get("experiments", {})]
+ADA_EXPERIMENT_FILES = {
+    e: ada.experiment_outputs(config, e) for e in ADA_EXPERIMENTS
+}
+ADAFEDSELECKD_ALL = ADAFEDSELECKD_TABLES + [f for fs in ADA_EXPERIMENT_FILES.values() for f in fs]
 
 
 wildcard_constraints:
-    method="|".join(ADA["methods"]),
-    partition=ADA["partition"],
-    client="|".join(QMSUM_DOMAINS),
-    scope="|".join(["all"] + QMSUM_DOMAINS),
+    method="(" + "|".join(ADA_METHODS) + ")(~[A-Za-z0-9.]+)?",
+    partition="|".join(ada.PARTITIONS),
+    client="|".join(ada.all_clients(config)),
+    scope="|".join(["all"] + ada.all_clients(config)),
     table="|".join(ada.TABLE_BACKBONES),
 
 
@@ -23,10 +28,12 @@ rule train_cell:
     input:
         backbone="results/backbones/{backbone}",
         data=lambda w: ada.clients_dir(w.partition, w.seed),
+        init=lambda w: ada.init_inputs(config, w.partition, w.backbone, w.method, w.seed),
     output:
         adapters="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/adapters.safetensors",
         train_log="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/train_log.json",
         provenance="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/provenance.json",
+        kd_trace="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/kd_trace.json",
     params:
         cell=lambda w: ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed),
     threads: ADA["threads_per_cell"]
@@ -103,3 +110,136 @@ rule adafedseleckd_table4:
 rule adafedseleckd_table6:
     input:
         expand("results/tables/adafedseleckd_table6.{ext}", ext=["csv", "md", "tex"]),
+
+
+rule adafedseleckd_pos_tags:
+    input:
+        data=lambda w: ada.clients_dir(w.partition, w.seed),
+    output:
+        "results/partitions/adafedseleckd-{partition}/seed~{seed}/pos/{client}.jsonl",
+    params:
+        spacy_model=ada.spacy_model(config),
+    log:
+        "logs/adafedseleckd_pos_tags/{partition}/seed~{seed}/{client}.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/adafedseleckd_pos_tags.py"
+
+
+rule adafedseleckd_experiment_table:
+    input:
+        unpack(lambda w: ada.experiment_inputs(config, w.ada_table)),
+    output:
+        csv="results/tables/adafedseleckd_{ada_table}.csv",
+        md="results/tables/adafedseleckd_{ada_table}.md",
+        tex="results/tables/adafedseleckd_{ada_table}.tex",
+    wildcard_constraints:
+        ada_table="table5|table7|table8",
+    params:
+        spec=lambda w: ada.experiment_spec(config, w.ada_table),
+    log:
+        "logs/adafedseleckd_experiment/{ada_table}.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/adafedseleckd_experiment.py"
+
+
+rule adafedseleckd_experiment_figure:
+    input:
+        unpack(lambda w: ada.experiment_inputs(config, w.ada_figure)),
+    output:
+        png="results/figures/adafedseleckd_{ada_figure}.png",
+        csv="results/figures/adafedseleckd_{ada_figure}.csv",
+        md="results/figures/adafedseleckd_{ada_figure}.md",
+    wildcard_constraints:
+        ada_figure="figure4|figure6|figure7|figure8|figure9|figure10|figure11|figure12|figure5",
+    params:
+        spec=lambda w: ada.experiment_spec(config, w.ada_figure),
+    log:
+        "logs/adafedseleckd_experiment/{ada_figure}.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/adafedseleckd_experiment.py"
+
+
+rule adafedseleckd_human_eval_kit:
+    input:
+        unpack(lambda w: ada.experiment_inputs(config, "figure5", kit=True)),
+    output:
+        directory("results/human_eval/adafedseleckd"),
+    params:
+        spec=lambda w: ada.experiment_spec(config, "figure5"),
+    log:
+        "logs/adafedseleckd_human_eval_kit/kit.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/adafedseleckd_human_eval_kit.py"
+
+
+rule adafedseleckd_table5:
+    input:
+        ADA_EXPERIMENT_FILES.get("table5", []),
+
+
+rule adafedseleckd_table7:
+    input:
+        ADA_EXPERIMENT_FILES.get("table7", []),
+
+
+rule adafedseleckd_table8:
+    input:
+        ADA_EXPERIMENT_FILES.get("table8", []),
+
+
+rule adafedseleckd_figure4:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure4", []),
+
+
+rule adafedseleckd_figure5:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure5", []),
+
+
+rule adafedseleckd_figure6:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure6", []),
+
+
+rule adafedseleckd_figure7:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure7", []),
+
+
+rule adafedseleckd_figure8:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure8", []),
+
+
+rule adafedseleckd_figure9:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure9", []),
+
+
+rule adafedseleckd_figure10:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure10", []),
+
+
+rule adafedseleckd_figure11:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure11", []),
+
+
+rule adafedseleckd_figure12:
+    input:
+        ADA_EXPERIMENT_FILES.get("figure12", []),
+
+
+rule adafedseleckd:
+    input:
+        ADAFEDSELECKD_ALL,

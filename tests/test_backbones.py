@@ -126,7 +126,8 @@ def test_local_dir_backbone_links_a_saved_model(tmp_path):
 # (the counts HF's BART docs/model cards round to 406M/139M), roberta-base RobertaForMaskedLM
 # 124,697,433, bert-base-uncased BertModel 109,482,240 with pooler ("110M", Devlin et al.) and
 # 108,891,648 without, led-large-16384 459,801,600 ("460M").  fnlp/bart-base-chinese v1
-# 116,256,768 has the arithmetic only.
+# 116,256,768 and long-t5-tglobal-base 222,913,152 (LM head tied, as transformers 5 builds it)
+# have the arithmetic only.
 KNOWN_PARAMETERS = {
     "facebook/bart-large": 406_291_456,
     "facebook/bart-base": 139_420_416,
@@ -134,6 +135,7 @@ KNOWN_PARAMETERS = {
     "FacebookAI/roberta-base": 124_697_433,
     "google-bert/bert-base-uncased": 109_482_240,
     "fnlp/bart-base-chinese": 116_256_768,
+    "google/long-t5-tglobal-base": 222_913_152,
 }
 
 
@@ -146,6 +148,17 @@ def arithmetic_parameters(cfg: dict, model_class: str) -> int:
     def ln(d):
         return 2 * d
 
+    if cfg["model_type"] == "longt5":  # no biases; RMS norms (one weight vector each)
+        d, inner, ff, buckets = cfg["d_model"], cfg["num_heads"] * cfg["d_kv"], cfg["d_ff"], (
+            cfg["relative_attention_num_buckets"] * cfg["num_heads"])
+        attn = 4 * d * inner
+        ffn = (3 if cfg["feed_forward_proj"].startswith("gated") else 2) * d * ff
+        # transient-global self-attention adds a norm of the global aggregates
+        enc_block = attn + d + d + ffn + d
+        dec_block = attn + d + attn + d + ffn + d
+        # block 0 of the encoder: local and global relative biases; of the decoder: one
+        return (cfg["vocab_size"] * d + cfg["num_layers"] * enc_block + 2 * buckets + d
+                + cfg["num_decoder_layers"] * dec_block + buckets + d)
     if cfg["model_type"] in ("bart", "led"):
         d, v = cfg["d_model"], cfg["vocab_size"]
         if cfg["model_type"] == "bart":  # learned positions with an offset of 2

@@ -42,12 +42,20 @@ def collate(examples: Sequence[dict], pad_token_id: int, start_token_id: int) ->
         input_ids[i, : len(e["input_ids"])] = torch.tensor(e["input_ids"])
         attention_mask[i, : len(e["input_ids"])] = 1
         labels[i, : len(e["labels"])] = torch.tensor(e["labels"])
-    return {
+    out = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "labels": labels,
         "decoder_input_ids": shift_right(labels, pad_token_id, start_token_id),
     }
+    if all("kd_allowed" in e for e in examples):  # one bool per label token (AdaFedHardKD)
+        allowed = torch.zeros((len(examples), tgt_len), dtype=torch.bool)
+        for i, e in enumerate(examples):
+            if len(e["kd_allowed"]) != len(e["labels"]):
+                raise ValueError(f"example {e.get('id')}: kd_allowed and labels differ in length")
+            allowed[i, : len(e["kd_allowed"])] = torch.tensor(e["kd_allowed"], dtype=torch.bool)
+        out["kd_allowed"] = allowed
+    return out
 
 
 def iterate_batches(
@@ -57,13 +65,18 @@ def iterate_batches(
     start_token_id: int,
     shuffle_seed: int | None = None,
 ) -> Iterator[dict]:
-    """Yield padded batches; the order is a seeded permutation (or file order if no seed)."""
+    """Yield padded batches (with the examples' ``ids`` where they have one); the order is a
+    seeded permutation (or file order if no seed)."""
     order = list(range(len(examples)))
     if shuffle_seed is not None:
         g = torch.Generator().manual_seed(shuffle_seed)
         order = torch.randperm(len(examples), generator=g).tolist()
     for start in range(0, len(order), batch_size):
-        yield collate([examples[i] for i in order[start : start + batch_size]], pad_token_id, start_token_id)
+        chosen = [examples[i] for i in order[start : start + batch_size]]
+        batch = collate(chosen, pad_token_id, start_token_id)
+        if all("id" in e for e in chosen):
+            batch["ids"] = [e["id"] for e in chosen]
+        yield batch
 
 
 def derive_seed(*parts: int | str) -> int:

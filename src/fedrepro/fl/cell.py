@@ -179,6 +179,10 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
             for key in [k for k in c if is_measurement(k)]:
                 c.pop(key)
     write_json_atomic(log_out, {"rounds": rounds_log})
+    # a task may turn what its clients left in the cell folder into outputs before the cleanup
+    # (AdaFedSelecKD: the per-token KD record, the selected rounds)
+    finish = getattr(task, "before_cleanup", None)
+    extras = finish(cell) if finish else {}
     write_json_atomic(
         provenance_out,
         {
@@ -196,6 +200,7 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
             "bytes_per_round": [
                 {"round": e["round"], "down": e["bytes_down"], "up": e["bytes_up"]} for e in rounds_log
             ],
+            **extras,
         },
     )
     if not cell.get("keep_round_checkpoints", False):

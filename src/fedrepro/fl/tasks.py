@@ -78,7 +78,9 @@ class PaperEntry:
 
 
 PAPERS: dict[str, PaperEntry] = {
-    "adafedseleckd": PaperEntry("fedrepro.papers.adafedseleckd.task"),
+    "adafedseleckd": PaperEntry(
+        "fedrepro.papers.adafedseleckd.task", "fedrepro.papers.adafedseleckd.strategy"
+    ),
     "fedmcp": PaperEntry("fedrepro.papers.fedmcp.task"),
     "fedsum": PaperEntry("fedrepro.papers.fedsum.task", "fedrepro.papers.fedsum.strategy"),
     "fedsumm": PaperEntry("fedrepro.papers.fedsumm.task", "fedrepro.papers.fedsumm.strategy"),

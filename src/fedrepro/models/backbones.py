@@ -28,7 +28,8 @@ class BackboneSpec:
     """A paper backbone.
 
     ``adapter_top_k`` and ``bottleneck`` are AdaFedSelecKD §IV-D's values (top six decoder layers
-    with m = 2048 for BART-large and LED-large; top three with m = 1536 for BART-base).
+    with m = 2048 for BART-large and LED-large; top three with m = 1536 for BART-base); LongT5's
+    (§V-B.4, which states none) are our choice, see its entry.
     """
 
     name: str
@@ -49,6 +50,14 @@ BACKBONES: dict[str, BackboneSpec] = {
     "led-large": BackboneSpec(
         "led-large", "allenai/led-large-16384", "LEDForConditionalGeneration", 6, 2048, 16384
     ),
+    # AdaFedSelecKD §V-B.4 (Fig. 9, long meetings: AMI/ICSI/ELITR/MeetingBank): "LongT5 [38]" with
+    # inputs up to 16,384 tokens; the paper names neither the size nor the adapter settings.  Our
+    # choice: the transient-global base checkpoint (12 + 12 layers, d_model 768), adapters on the
+    # top 6 of its 12 decoder layers (half the decoder, as for the 12-layer BART-large/LED-large),
+    # bottleneck 1536 = 2 x d_model (the paper's BART-base ratio, 1536 at d_model 768).
+    "longt5": BackboneSpec(
+        "longt5", "google/long-t5-tglobal-base", "LongT5ForConditionalGeneration", 6, 1536, 16384
+    ),
     # FedMCP (§V-C): frozen roberta-base, Houlsby adapters in every layer with r = 16
     # (adapter_top_k 0 = every layer).  The hub checkpoint is a RobertaForMaskedLM; the encoder
     # (``RobertaModel``) is what FedMCP loads from it.
@@ -68,6 +77,18 @@ GENERATION_CLASSES = {
 (facebook/bart-large and bart-base name ``BartModel``; the LM head is tied to the embeddings)."""
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # BART's ids 0..4
+
+T5_SPECIAL_TOKENS = ["<pad>", "</s>", "<unk>", "<mask>"]
+"""T5's ids: ``<pad>`` 0 (also the decoder start), ``</s>`` 1, ``<unk>`` 2, no ``<s>``; ``<mask>``
+(3) is for the demo's denoising warm-up only (T5's own vocabulary has sentinel tokens instead)."""
+
+TOKENIZER_LAYOUTS = {"LongT5ForConditionalGeneration": "t5"}
+"""Model class -> the special-token layout of its locally trained tokenizer (default ``bart``)."""
+
+
+def tokenizer_layout(model_class: str) -> str:
+    """``t5`` or ``bart``: which special-token layout :func:`train_tokenizer` gives ``model_class``."""
+    return TOKENIZER_LAYOUTS.get(model_class, "bart")
 
 
 def get_spec(name: str) -> BackboneSpec:
@@ -163,34 +184,56 @@ def hub_snapshot(
     return Path(dest)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike):
-    """Train a byte-level BPE tokenizer locally (demo scale) and save it in HF format."""
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike, layout: str = "bart"
+):
+    """Train a byte-level BPE tokenizer locally (demo scale) and save it in HF format.
+
+    ``layout`` places the special tokens: ``bart`` -- ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2,
+    ``<unk>`` 3, ``<mask>`` 4, texts encoded ``<s> ... </s>``; ``t5`` -- :data:`T5_SPECIAL_TOKENS`,
+    texts encoded ``... </s>`` (T5 has no beginning-of-sequence token).
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
+    if layout not in ("bart", "t5"):
+        raise ValueError(f"tokenizer layout must be 'bart' or 't5', got {layout!r}")
+    specials = SPECIAL_TOKENS if layout == "bart" else T5_SPECIAL_TOKENS
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(list(texts), trainer=trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>",
-        pair="<s> $A </s> </s> $B </s>",
-        special_tokens=[("<s>", 0), ("</s>", 2)],
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        mask_token="<mask>",
-    )
+    if layout == "bart":
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>",
+            pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[("<s>", 0), ("</s>", 2)],
+        )
+        fast = PreTrainedTokenizerFast(
+            tokenizer_object=tok,
+            bos_token="<s>",
+            eos_token="</s>",
+            pad_token="<pad>",
+            unk_token="<unk>",
+            mask_token="<mask>",
+        )
+    else:
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]
+        )
+        fast = PreTrainedTokenizerFast(
+            tokenizer_object=tok,
+            eos_token="</s>",
+            pad_token="<pad>",
+            unk_token="<unk>",
+            mask_token="<mask>",
+        )
     fast.save_pretrained(out_dir)
     return fast
 
@@ -215,12 +258,18 @@ def build_tiny_backbone(
 
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
-        tokenizer = train_tokenizer(texts, int(tiny["vocab_size"]), tmp)
+        tokenizer = train_tokenizer(
+            texts, int(tiny["vocab_size"]), tmp, tokenizer_layout(spec.model_class)
+        )
         cls = model_class(spec.model_class)
         if spec.model_class == "RobertaForMaskedLM":
             from fedrepro.models.pretrain import mlm_warmup as warmup
 
             config = cls.config_class(**_encoder_kwargs(tokenizer, tiny))
+        elif spec.model_class.startswith("LongT5"):
+            from fedrepro.models.pretrain import denoising_warmup as warmup
+
+            config = cls.config_class(**_longt5_kwargs(spec, tokenizer, tiny))
         else:
             from fedrepro.models.pretrain import denoising_warmup as warmup
 
@@ -274,7 +323,8 @@ def build_shape_backbone(
     with random weights, and a byte-level BPE tokenizer trained locally on (the first
     :data:`~fedrepro.models.shapes.SHAPE_TOKENIZER_MAX_CHARS` characters of) ``texts``, with the
     tiny path's special tokens -- ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3 as in the real
-    vocabulary (``<mask>`` is 4, the real one 50,264) -- and at most the model's vocabulary size.
+    vocabulary (``<mask>`` is 4, the real one 50,264); for LongT5 T5's ``<pad>`` 0, ``</s>`` 1,
+    ``<unk>`` 2 (:data:`T5_SPECIAL_TOKENS`) -- and at most the model's vocabulary size.
     Shapes, memory and speed only, not results.
     """
     from fedrepro.models.shapes import architecture, capped_texts, write_shape_backbone
@@ -290,9 +340,44 @@ def build_shape_backbone(
         raise InputError(f"backbones.{spec.name}: no training text to train the tokenizer on")
 
     def write_tokenizer(tmp: Path):
-        return train_tokenizer(tokenizer_texts, int(arch.config["vocab_size"]), tmp)
+        return train_tokenizer(
+            tokenizer_texts, int(arch.config["vocab_size"]), tmp, tokenizer_layout(spec.model_class)
+        )
 
     return write_shape_backbone(arch, out_dir, write_tokenizer, spec.name, seed)
+
+
+def _longt5_kwargs(spec: BackboneSpec, tokenizer, tiny: dict) -> dict:
+    """A small ``LongT5Config`` with google/long-t5-tglobal-base's conventions: transient-global
+    encoder attention, gated-GELU feed-forward, head size d_model / heads, no decoder-output
+    scaling (``tie_word_embeddings: false`` in the hub file), and T5's ids -- pad 0 = decoder
+    start, eos 1 (:data:`T5_SPECIAL_TOKENS`).  ``local_radius`` / ``global_block_size`` (hub:
+    127 / 16 for 16,384-token inputs) default to 15 / 8: local blocks of 16 tokens and a global
+    token per 8, so a few-hundred-token demo input has several of each.  Relative positions: no
+    position-embedding size to set."""
+    d_model, heads = int(tiny["d_model"]), int(tiny["heads"])
+    if d_model % heads:
+        raise InputError(
+            f"backbones.{spec.name}.tiny: d_model {d_model} is not a multiple of heads {heads}"
+        )
+    return {
+        "vocab_size": len(tokenizer),
+        "d_model": d_model,
+        "d_kv": d_model // heads,
+        "d_ff": int(tiny["ffn_dim"]),
+        "num_layers": int(tiny["encoder_layers"]),
+        "num_decoder_layers": int(tiny["decoder_layers"]),
+        "num_heads": heads,
+        "encoder_attention_type": "transient-global",
+        "local_radius": int(tiny.get("local_radius", 15)),
+        "global_block_size": int(tiny.get("global_block_size", 8)),
+        "feed_forward_proj": "gated-gelu",
+        "dropout_rate": 0.0,
+        "tie_word_embeddings": False,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "decoder_start_token_id": tokenizer.pad_token_id,
+    }
 
 
 def _encoder_kwargs(tokenizer, tiny: dict) -> dict:

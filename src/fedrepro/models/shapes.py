@@ -302,6 +302,53 @@ ARCHITECTURES: dict[str, Architecture] = {
             "Chinese BART-base; v2 release notes: 'replace the old BERT vocabulary with a larger "
             "one of size 51271 ... extend the max_position_embeddings from 512 to 1024')",
         ),
+        Architecture(
+            "google/long-t5-tglobal-base",
+            "main",
+            "LongT5ForConditionalGeneration",
+            {
+                "architectures": ["LongT5ForConditionalGeneration"],
+                "d_ff": 2048,
+                "d_kv": 64,
+                "d_model": 768,
+                "decoder_start_token_id": 0,  # pad (T5)
+                "dense_act_fn": "gelu_new",
+                "dropout_rate": 0.1,
+                "encoder_attention_type": "transient-global",
+                "eos_token_id": 1,
+                "feed_forward_proj": "gated-gelu",
+                "global_block_size": 16,
+                "initializer_factor": 1.0,
+                "is_encoder_decoder": True,
+                "is_gated_act": True,
+                "layer_norm_epsilon": 1e-06,
+                "local_radius": 127,
+                "model_type": "longt5",
+                "n_positions": 4096,  # unused by the model (relative positions)
+                "num_decoder_layers": 12,
+                "num_heads": 12,
+                "num_layers": 12,
+                "output_past": True,
+                "pad_token_id": 0,
+                "relative_attention_max_distance": 128,
+                "relative_attention_num_buckets": 32,
+                # T5 v1.1: an untied LM head and no d_model**-0.5 output scaling.  transformers 5
+                # keeps the second (``scale_decoder_outputs`` False) but always builds the LM head
+                # tied to the embeddings; loading the hub checkpoint unties it again (both tensors
+                # present and different), so the real model has 24,674,304 parameters more
+                "tie_word_embeddings": False,
+                "use_cache": True,
+                "vocab_size": 32128,  # 32,000 pieces + 100 sentinels = 32,100 tokens, padded to 32,128
+            },
+            # 222,913,152: LongT5ForConditionalGeneration built from this config (LM head tied to
+            # the 32,128 x 768 embedding, as transformers 5 builds it); the hub checkpoint with
+            # its own LM head: 247,587,456.  Arithmetic count in the tests
+            222_913_152,
+            "google/long-t5-tglobal-base config.json (Guo et al. 2022, LongT5: T5.1.1-base "
+            "dimensions, transient-global attention, local radius 127, global blocks of 16). "
+            "Written from copies of the file in fine-tuned repositories that name it as their "
+            "_name_or_path (their shape fields agree)",
+        ),
     )
 }
 """The paper checkpoints' architectures, by hub id."""
@@ -368,17 +415,22 @@ def _token_id(tokenizer, which: str):
     return tid
 
 
+DECODER_START_TOKEN = {"t5": "pad", "mt5": "pad", "longt5": "pad"}
+"""``model_type`` -> the special token the decoder starts with (default ``eos``, the BART family)."""
+
+
 def check_tokenizer(arch: Architecture, tokenizer) -> None:
     """The tokenizer's ids fit the embedding and its special tokens sit at the real config's ids
-    (pad, bos, eos, and decoder start = eos for the BART family)."""
+    (pad, bos, eos, and decoder start = eos for the BART family, pad for T5)."""
     config = arch.config
     if len(tokenizer) > int(config["vocab_size"]):
         raise RuntimeError(
             f"shape tokenizer of {arch.hub_id} has {len(tokenizer)} entries, more than the "
             f"model's {config['vocab_size']} embeddings"
         )
+    start = DECODER_START_TOKEN.get(config.get("model_type"), "eos")
     wanted = [("pad_token_id", "pad"), ("bos_token_id", "bos"), ("eos_token_id", "eos"),
-              ("decoder_start_token_id", "eos")]
+              ("decoder_start_token_id", start)]
     for key, which in wanted:
         if config.get(key) is not None and _token_id(tokenizer, which) != config[key]:
             raise RuntimeError(

@@ -19,6 +19,7 @@ def selective_kd_loss(
     lam: float = 0.2,
     tau: float = 5.0,
     ignore_index: int = -100,
+    allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Selective KD loss of AdaFedSelecKD eq. 8 (eq. 6 when ``tau = inf``).
 
@@ -47,6 +48,9 @@ def selective_kd_loss(
         λ, weight of the KD term (paper: 0.2).
     tau : float
         τ, entropy threshold in nats (paper: 5). ``float('inf')`` distils every token (AdaFedKD).
+    allowed : BoolTensor (...), optional
+        Tokens on which KD may be used at all (ANDed with the entropy gate).  Fig. 12's noun–verb
+        hard KD passes the noun/verb mask with ``tau = inf``.
 
     Returns
     -------
@@ -60,8 +64,11 @@ def selective_kd_loss(
             f"student/teacher logits shapes differ: {tuple(student_logits.shape)} vs "
             f"{tuple(teacher_logits.shape)}"
         )
+    if allowed is not None and allowed.shape != labels.shape:
+        raise ValueError(f"allowed mask shape {tuple(allowed.shape)} != labels {tuple(labels.shape)}")
     loss, kd_mask = _SelectiveKD.apply(
-        student_logits, teacher_logits.detach(), labels, float(lam), float(tau), int(ignore_index)
+        student_logits, teacher_logits.detach(), labels, float(lam), float(tau), int(ignore_index),
+        allowed,
     )
     return loss, kd_mask
 
@@ -85,11 +92,12 @@ class _SelectiveKD(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, student, teacher, labels, lam, tau, ignore_index):
+    def forward(ctx, student, teacher, labels, lam, tau, ignore_index, allowed=None):
         vocab = student.shape[-1]
         s2 = student.detach().reshape(-1, vocab)
         t2 = teacher.reshape(-1, vocab)
         y = labels.reshape(-1)
+        gate = None if allowed is None else allowed.reshape(-1).to(s2.device)
         valid = y != ignore_index
         n_valid = int(valid.sum())
         grad = torch.empty_like(s2, dtype=torch.float32)
@@ -103,6 +111,8 @@ class _SelectiveKD(torch.autograd.Function):
             q_g = log_q_g.exp()
             entropy = -(q_g * log_q_g).sum(-1)
             mask = v & (entropy < tau)
+            if gate is not None:
+                mask &= gate[a:b]
             w = lam * mask.float()
             target = q_g.mul_(w.unsqueeze(-1))
             target.scatter_add_(
@@ -127,7 +137,7 @@ class _SelectiveKD(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, _grad_mask):
         (grad,) = ctx.saved_tensors
-        return (grad * grad_loss).reshape(ctx.shape).to(ctx.dtype), None, None, None, None, None
+        return (grad * grad_loss).reshape(ctx.shape).to(ctx.dtype), None, None, None, None, None, None
 
 
 def cross_entropy_loss(

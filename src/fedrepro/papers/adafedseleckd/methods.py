@@ -8,7 +8,18 @@ AdaCentralized     centralized   local               CE on the pooled domains, n
 AdaFedAvg          federated     local               CE; the server's average *replaces* local
 AdaFedKD           federated     global + local      eq. 6 on every token (τ = ∞)
 AdaFedSelectKD     federated     global + local      eq. 8 (KD only where H(q_g) < τ)
+AdaFedOPT          federated     local               CE; server: FedAvg's average as the pseudo-
+                                                     gradient of Flower's FedAdam/FedYogi/FedAdagrad
+AdaFedProx         federated     local               CE + μ/2‖w − w^r‖² (FedProx); server FedAvg
+AdaFedNova         federated     local               CE; server: FedNova's normalised average
+AdaFedHardKD       federated     global + local      eq. 6 only on target words tagged noun/verb
 =================  ============  ==================  ===========================================
+
+Table V compares AdaFedOPT, AdaFedProx and AdaFedNova ("adapter-based models are utilized for all
+clients", §V-A): like AdaFedAvg they have one adapter that the server's result replaces each
+round; only the server rule (FedOpt, FedNova) or the client objective (FedProx) differs.  Fig. 12's
+noun–verb hard KD (AdaFedHardKD) is AdaFedKD with the KD term restricted to the label tokens of
+target words spaCy tags NOUN or VERB (:mod:`fedrepro.papers.adafedseleckd.pos`).
 
 In the two KD methods the server's average is loaded into the *global* adapter (teacher, frozen),
 the *local* adapter keeps its own state across rounds (it is initialised once from the server's
@@ -24,6 +35,7 @@ from collections.abc import Sequence
 
 import torch
 
+from fedrepro.fl.algorithms import fedprox_proximal_term
 from fedrepro.papers.adafedseleckd.kd import cross_entropy_loss, selective_kd_loss
 from fedrepro.data.seq2seq import derive_seed, iterate_batches
 from fedrepro.io import InputError
@@ -37,6 +49,9 @@ class MethodSpec:
     server_role: str | None  # adapter role that receives the server's parameters each round
     distill: bool
     selective: bool
+    server: str = "fedavg"  # "fedavg" | "fedopt" | "fednova" | "fedprox" (the strategy)
+    proximal: bool = False  # FedProx's client term
+    hard_kd: bool = False  # KD only on noun/verb target words (Fig. 12)
 
     @property
     def federated(self) -> bool:
@@ -50,6 +65,14 @@ METHODS: dict[str, MethodSpec] = {
     "AdaFedKD": MethodSpec("AdaFedKD", "federated", ("global", "local"), "global", True, False),
     "AdaFedSelectKD": MethodSpec(
         "AdaFedSelectKD", "federated", ("global", "local"), "global", True, True
+    ),
+    "AdaFedOPT": MethodSpec("AdaFedOPT", "federated", ("local",), "local", False, False, "fedopt"),
+    "AdaFedProx": MethodSpec(
+        "AdaFedProx", "federated", ("local",), "local", False, False, "fedprox", proximal=True
+    ),
+    "AdaFedNova": MethodSpec("AdaFedNova", "federated", ("local",), "local", False, False, "fednova"),
+    "AdaFedHardKD": MethodSpec(
+        "AdaFedHardKD", "federated", ("global", "local"), "global", True, False, hard_kd=True
     ),
 }
 
@@ -74,6 +97,7 @@ class TrainHParams:
     local_epochs: int
     lam: float
     tau: float
+    prox_mu: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: dict) -> TrainHParams:
@@ -84,6 +108,7 @@ class TrainHParams:
             local_epochs=int(cfg["local_epochs"]),
             lam=float(cfg["lam"]),
             tau=float(cfg["tau"]),
+            prox_mu=float(cfg.get("prox_mu", 0.0)),
         )
 
 
@@ -102,8 +127,16 @@ def local_update(
     round_index: int,
     pad_token_id: int,
     start_token_id: int,
+    proximal_to: dict[str, torch.Tensor] | None = None,
+    trace: dict | None = None,
 ) -> dict:
     """Algorithm 1, procedure ADAFEDSELECTKD (lines 11–27): E local epochs over the client's data.
+
+    ``proximal_to`` (AdaFedProx): the round's received adapter w^r; the loss gains FedProx's
+    μ/2‖w − w^r‖² over the local adapter (:func:`fedrepro.fl.algorithms.fedprox_proximal_term`).
+    ``trace``: when given, ``trace[example id]`` collects each label token's KD decision (one
+    list per time the example is trained), the record behind §V-C's word statistics (Fig. 11).
+    Examples may carry ``kd_allowed`` (AdaFedHardKD: one bool per label token).
 
     Batches are drawn in a permutation seeded by (seed, client, round, epoch), so a rerun — or a
     run resumed at a round boundary — sees the same batches.
@@ -122,7 +155,11 @@ def local_update(
         shuffle = derive_seed(seed, client, round_index, epoch)
         for batch in iterate_batches(examples, hp.batch_size, pad_token_id, start_token_id, shuffle):
             with timer.step():
-                loss, labels, kd = _step(model, spec, batch, device, hp, tau, optimizer)
+                loss, labels, kd, mask = _step(
+                    model, spec, batch, device, hp, tau, optimizer, proximal_to
+                )
+            if trace is not None:
+                _record_trace(trace, batch, labels, mask)
             n_kd += kd
             total_loss += float(loss.detach())
             n_batches += 1
@@ -137,8 +174,18 @@ def local_update(
     }
 
 
-def _step(model, spec: MethodSpec, batch: dict, device, hp: TrainHParams, tau: float, optimizer):
-    """One optimizer step of eq. 6/8 (KD methods) or CE: (loss, labels, KD tokens)."""
+def _record_trace(trace: dict, batch: dict, labels: torch.Tensor, mask: torch.Tensor | None) -> None:
+    valid = (labels != -100).cpu()
+    bits = mask.cpu() if mask is not None else torch.zeros_like(valid)
+    for i, ex_id in enumerate(batch["ids"]):
+        n = int(valid[i].sum())
+        trace.setdefault(ex_id, []).append([bool(b) for b in bits[i, :n].tolist()])
+
+
+def _step(model, spec: MethodSpec, batch: dict, device, hp: TrainHParams, tau: float, optimizer,
+          proximal_to: dict | None = None):
+    """One optimizer step of eq. 6/8 (KD methods) or CE (+ FedProx's term):
+    (loss, labels, KD tokens, KD mask or None)."""
     from fedrepro.devices import to_device
 
     batch = to_device(batch, device)
@@ -151,12 +198,21 @@ def _step(model, spec: MethodSpec, batch: dict, device, hp: TrainHParams, tau: f
         teacher="global" if spec.distill else None,
     )
     labels = batch["labels"]
+    kd_mask = None
     if spec.distill:
-        loss, kd_mask = selective_kd_loss(student, teacher, labels, hp.lam, tau)
+        allowed = batch.get("kd_allowed") if spec.hard_kd else None
+        if spec.hard_kd and allowed is None:
+            raise InputError("AdaFedHardKD needs the POS mask of every example (kd_allowed)")
+        loss, kd_mask = selective_kd_loss(student, teacher, labels, hp.lam, tau, allowed=allowed)
         n_kd += int(kd_mask.sum())
     else:
         loss = cross_entropy_loss(student, labels)
+    if spec.proximal and hp.prox_mu > 0:
+        if proximal_to is None:
+            raise InputError("AdaFedProx needs the round's received adapter (proximal_to)")
+        named = dict(model.stacks["local"].named_parameters())
+        loss = loss + fedprox_proximal_term(named, proximal_to, hp.prox_mu)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
-    return loss, labels, n_kd
+    return loss, labels, n_kd, kd_mask

@@ -1,7 +1,10 @@
 """Adapter-based meeting summarizer (AdaFedSelecKD §III-B, Fig. 3).
 
-A frozen seq2seq backbone (BART or LED) with bottleneck adapters after each of its top-k decoder
-layers, one adapter stack per role (``global`` / ``local``).
+A frozen seq2seq backbone (BART, LED, or LongT5 for the long meetings of §V-B.4) with bottleneck
+adapters after each of its top-k decoder layers, one adapter stack per role (``global`` /
+``local``).  What differs between the backbone families (where the decoder layers and their
+cross-attention projections live, the final norm, T5's position biases and output scaling) is in
+one table, :data:`DECODER_LAYOUTS`.
 
 Performance (DESIGN.md): the backbone never receives gradients and always runs in eval mode.  For
 one training batch the encoder and the decoder layers *below* the adapters run once, without
@@ -13,7 +16,10 @@ the teacher (global) path without grad, and the cross-attention keys/values of t
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -30,16 +36,100 @@ class _PrefixCaptured(Exception):
     """Raised by the capture hook to stop the decoder after the frozen prefix."""
 
 
+@dataclasses.dataclass(frozen=True)
+class DecoderLayout:
+    """Where one backbone family keeps what :class:`AdapterSummarizer` reads or wraps.
+
+    ``layers``: the decoder attribute holding its layer list (the summarizer makes it readable as
+    ``decoder.layers`` for every family).  ``cross_attention``: the path (attribute names, list
+    indices) from a decoder layer to its cross-attention module, whose ``cross_kv`` projections
+    are memoised where they are ``nn.Linear``.  ``final_norm`` / ``final_dropout``: the decoder's
+    modules after its last layer (``None``: none).  ``threaded_outputs``: layer keyword argument
+    -> index of the layer output that carries it to the next layer, as the decoder's own loop does
+    (T5's position biases, computed by block 0 and shared by the blocks above).
+    ``output_scale(config)``: the factor on the decoder output before ``lm_head`` (``None``: none).
+    ``led_global_attention``: global attention on the first token (LED's summarization
+    convention).  ``lazy_generation_cache``: generate with a cache that grows a layer per decoder
+    layer it meets; transformers 5.23 sizes the default one by the *encoder*'s depth for T5-style
+    configs (``num_hidden_layers`` = ``num_layers``), an IndexError when the decoder is deeper.
+    """
+
+    layers: str = "layers"
+    cross_attention: tuple[str | int, ...] = ("encoder_attn",)
+    cross_kv: tuple[str, ...] = ("k_proj", "v_proj")
+    final_norm: str | None = "layer_norm"
+    final_dropout: str | None = None
+    threaded_outputs: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    output_scale: Callable[[object], float | None] = lambda config: None
+    led_global_attention: bool = False
+    lazy_generation_cache: bool = False
+
+
+def _t5_output_scale(config) -> float | None:
+    """T5's ``d_model ** -0.5`` on the decoder output when the LM head was trained tied to the
+    embeddings (transformers >= 5 keeps that as ``scale_decoder_outputs``; 4.x read
+    ``tie_word_embeddings``)."""
+    scale = getattr(config, "scale_decoder_outputs", None)
+    if scale is None:
+        scale = getattr(config, "tie_word_embeddings", True)
+    return config.d_model**-0.5 if scale else None
+
+
+DECODER_LAYOUTS: dict[str, DecoderLayout] = {
+    # BartDecoder: ``layers``; cross-attention ``encoder_attn.{k,v}_proj``; ``layer_norm`` is None
+    # for BART and LED (add_final_layer_norm False); ``final_logits_bias`` is read separately
+    "Bart": DecoderLayout(),
+    "LED": DecoderLayout(led_global_attention=True),
+    # LongT5Stack: ``block``; LongT5Block.layer = [self-attention, cross-attention, FF]; after the
+    # last block ``final_layer_norm`` then ``dropout``; block 0 computes the self-attention
+    # position bias (relative buckets) and the cross-attention bias (zeros) that every later
+    # block receives (outputs 1 and 3 of a block)
+    "LongT5": DecoderLayout(
+        layers="block",
+        cross_attention=("layer", 1, "EncDecAttention"),
+        cross_kv=("k", "v"),
+        final_norm="final_layer_norm",
+        final_dropout="dropout",
+        threaded_outputs={"position_bias": 1, "encoder_decoder_position_bias": 3},
+        output_scale=_t5_output_scale,
+        lazy_generation_cache=True,
+    ),
+}
+"""Backbone class-name prefix -> its :class:`DecoderLayout`."""
+
+
+def decoder_layout(backbone: nn.Module) -> DecoderLayout:
+    """The :class:`DecoderLayout` of ``backbone``'s family (by class name)."""
+    name = type(backbone).__name__
+    for prefix, layout in DECODER_LAYOUTS.items():
+        if name.startswith(prefix):
+            return layout
+    raise ValueError(
+        f"AdapterSummarizer supports {sorted(DECODER_LAYOUTS)} backbones, got {name}"
+    )
+
+
+def _submodule(module: nn.Module, path: tuple[str | int, ...]) -> nn.Module | None:
+    for step in path:
+        if module is None:
+            return None
+        module = module[step] if isinstance(step, int) else getattr(module, step, None)
+    return module
+
+
 class AdapterSummarizer(nn.Module):
     """Frozen backbone + global/local adapters on the top-k decoder layers.
 
     Parameters
     ----------
-    backbone : transformers ``BartForConditionalGeneration`` or ``LEDForConditionalGeneration``
+    backbone : transformers ``BartForConditionalGeneration``, ``LEDForConditionalGeneration`` or
+        ``LongT5ForConditionalGeneration`` (:data:`DECODER_LAYOUTS`)
     adapter_top_k : int
-        Number of top decoder layers followed by adapters (paper: 6 large, 3 base).
+        Number of top decoder layers followed by adapters (paper: 6 large, 3 base; LongT5: 6 of
+        12, our choice).  It may be every decoder layer: for LongT5 the first adapted block then
+        computes the position biases itself and hands them on, as the decoder's own loop does.
     bottleneck : int
-        Adapter bottleneck m (paper: 2048 large, 1536 base).
+        Adapter bottleneck m (paper: 2048 large, 1536 base; LongT5-base: 1536).
     roles : tuple of str
         ``("local",)`` for single-adapter methods, ``("global", "local")`` for the KD methods.
     backbone_dropout : bool
@@ -64,7 +154,12 @@ class AdapterSummarizer(nn.Module):
         self.backbone = backbone
         for p in self.backbone.parameters():
             p.requires_grad_(False)
+        self.layout = decoder_layout(backbone)
         decoder = backbone.get_decoder()
+        if self.layout.layers != "layers":
+            # ``decoder.layers`` for every family: a plain alias of the same ModuleList (not a
+            # second registration, so no duplicate parameters or state-dict keys)
+            object.__setattr__(decoder, "layers", getattr(decoder, self.layout.layers))
         n_layers = len(decoder.layers)
         if not 1 <= adapter_top_k <= n_layers:
             raise ValueError(
@@ -80,14 +175,15 @@ class AdapterSummarizer(nn.Module):
         self.router = AdapterRouter(self.stacks)
         self._kv_memos: list[FrozenProjectionMemo] = []
         for j, idx in enumerate(range(self.first_adapted, n_layers)):
-            cross = getattr(decoder.layers[idx], "encoder_attn", None)
-            for name in ("k_proj", "v_proj"):
+            cross = _submodule(decoder.layers[idx], self.layout.cross_attention)
+            for name in self.layout.cross_kv:
                 if cross is not None and isinstance(getattr(cross, name, None), nn.Linear):
                     memo = FrozenProjectionMemo(getattr(cross, name))
                     setattr(cross, name, memo)
                     self._kv_memos.append(memo)
             decoder.layers[idx] = AdaptedDecoderLayer(decoder.layers[idx], self.router, j)
-        self.is_led = type(backbone).__name__.startswith("LED")
+        self.is_led = self.layout.led_global_attention
+        self._output_scale = self.layout.output_scale(backbone.config)
         bias = getattr(backbone, "final_logits_bias", None)
         # BART/LED ship an all-zero logits bias: decided once here, not on every forward
         self._use_logits_bias = bias is not None and bool(bias.any())
@@ -155,20 +251,44 @@ class AdapterSummarizer(nn.Module):
             handle.remove()
         if "args" not in captured:
             raise RuntimeError("decoder did not reach the first adapted layer")
-        return captured["args"], captured["kwargs"]
+        args, kwargs = captured["args"], captured["kwargs"]
+        if self.layout.threaded_outputs:
+            # by name, so that adapted_logits can hand each layer's outputs to the next one
+            layer = decoder.layers[self.first_adapted].layer
+            bound = inspect.signature(layer.forward).bind(*args, **kwargs)
+            named = dict(bound.arguments)
+            for name, param in inspect.signature(layer.forward).parameters.items():
+                if param.kind is inspect.Parameter.VAR_KEYWORD:
+                    named.update(named.pop(name, {}))
+            args, kwargs = (named.pop("hidden_states"),), named
+        return args, kwargs
 
     def adapted_logits(self, prefix: tuple[tuple, dict], role: str) -> torch.Tensor:
         """Top-k decoder layers with ``role``'s adapters, then the (frozen) LM head."""
         args, kwargs = prefix
         decoder = self.backbone.get_decoder()
+        layout = self.layout
         self.router.active = role
         hidden = args[0]
-        for layer in decoder.layers[self.first_adapted :]:
+        threaded = layout.threaded_outputs
+        if threaded:
+            kwargs = dict(kwargs)  # this path's copy: the threaded values are replaced below
+        top = decoder.layers[self.first_adapted :]
+        for layer in top:
             out = layer(hidden, *args[1:], **kwargs)
             hidden = out[0] if isinstance(out, tuple) else out
-        final_norm = getattr(decoder, "layer_norm", None)
+            for name, index in threaded.items():
+                kwargs[name] = out[index]
+        final_norm = getattr(decoder, layout.final_norm, None) if layout.final_norm else None
         if final_norm is not None:
             hidden = final_norm(hidden)
+        if layout.final_dropout is not None:
+            # on when the backbone trains with dropout (backbone_dropout) and the top layers are in
+            # training mode; off on the teacher path, which path_logits runs with them in eval
+            drop = getattr(decoder, layout.final_dropout)
+            hidden = nn.functional.dropout(hidden, drop.p, drop.training and top[-1].training)
+        if self._output_scale is not None:
+            hidden = hidden * self._output_scale
         logits = self.backbone.lm_head(hidden)
         if self._use_logits_bias:
             logits = logits + self.backbone.final_logits_bias.to(logits.dtype)
@@ -206,6 +326,10 @@ class AdapterSummarizer(nn.Module):
         """Beam-search (or greedy) generation through ``role``'s adapters."""
         self.router.active = role
         kwargs = self._encoder_kwargs(input_ids, attention_mask)
+        if self.layout.lazy_generation_cache and "past_key_values" not in gen:
+            from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+            kwargs["past_key_values"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
         return self.backbone.generate(**kwargs, **gen)
 
 

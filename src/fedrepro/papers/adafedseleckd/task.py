@@ -123,10 +123,13 @@ def client_train_round(
         model.load_adapter_state("global", server_state)
         folder = client_state_path(cell, client, round_index).parent
         prev = latest_client_round(folder, CLIENT_STATE_PREFIX, round_index - 1) if round_index > 1 else 0
+        inherited = inherited_local(cell, client)
         if local_start(cell) == "aggregate":  # Algorithm 1, line 4 read literally: W from W^r
             model.load_adapter_state("local", server_state)
         elif prev:
             model.load_adapter_state("local", load_state(client_state_path(cell, client, prev)))
+        elif inherited is not None:  # Table VII post-addition: an initial client continues
+            model.load_adapter_state("local", inherited)
         elif round_index == 1:
             model.load_adapter_state("local", server_state)
         else:  # first sampled after round 1 (partial participation): W^1, as in round 1
@@ -136,16 +139,105 @@ def client_train_round(
         model.load_adapter_state("local", server_state)
     hp = TrainHParams.from_config(cell["train"])
     examples = client_examples(cell, client, "train")
+    if spec.hard_kd:
+        examples = hard_kd_examples(cell, client, examples, tokenizer)
     torch.manual_seed(derive_seed(cell["seed"], client, round_index, "torch"))
     optimizer = make_optimizer(model, hp)
     pad_id, start_id = special_ids(model)
+    trace: dict = {}
+    proximal_to = None
+    if spec.proximal:  # FedProx: w^r, fixed during the round, on the model's device
+        device = next(model.parameters()).device
+        proximal_to = {k: v.to(device) for k, v in server_state.items()}
     stats = local_update(
-        model, spec, examples, hp, optimizer, int(cell["seed"]), client, round_index, pad_id, start_id
+        model, spec, examples, hp, optimizer, int(cell["seed"]), client, round_index, pad_id,
+        start_id, proximal_to=proximal_to, trace=trace,
     )
     state = OrderedDict(cpu_state(model.adapter_state("local")))
+    write_trace(trace_path(cell, client, round_index), trace)
     save_state(client_state_path(cell, client, round_index), state)
     stats["num_examples"] = len(examples)
     return state, stats
+
+
+def hard_kd_examples(cell: dict, client: str, examples, tokenizer) -> list[dict]:
+    """Fig. 12's noun–verb hard KD: each example gains ``kd_allowed``, one bool per label token,
+    True where the token belongs to a target word spaCy tagged with one of ``hard_kd_tags``
+    (:func:`fedrepro.papers.adafedseleckd.pos.hard_kd_token_mask`; tags from the client's
+    ``pos_tags`` file, made by the workflow's ``adafedseleckd_pos_tags`` rule)."""
+    from fedrepro.papers.adafedseleckd import pos
+
+    path = (cell.get("pos_tags") or {}).get(client)
+    if not path:
+        raise InputError(f"AdaFedHardKD cell has no POS tags for client {client!r} (cell key pos_tags)")
+    tagged = {r["id"]: r for r in read_jsonl(path)}
+    out = []
+    for e in examples:
+        rec = tagged.get(e["id"])
+        if rec is None:
+            raise InputError(f"{path}: no POS tags for training example {e['id']!r}; rerun the tagging rule")
+        word_ids = pos.word_ids_for_targets(rec["target"], rec["words"], tokenizer,
+                                            int(cell["max_target_length"]))
+        if len(word_ids) != len(e["labels"]):
+            raise InputError(f"{path}: example {e['id']!r} has {len(word_ids)} label tokens in the tags "
+                             f"and {len(e['labels'])} in training; the target text differs")
+        mask = pos.hard_kd_token_mask(word_ids, rec["words"], tuple(cell.get("hard_kd_tags", ("NOUN", "VERB"))))
+        out.append({**e, "kd_allowed": mask})
+    return out
+
+
+# -- the per-token KD record (§V-C, Fig. 11) --------------------------------------------------
+TRACE_PREFIX = "kd_trace_round_"
+
+
+def trace_path(cell: dict, client: str, round_index: int) -> Path:
+    return client_state_path(cell, client, round_index).with_name(f"{TRACE_PREFIX}{round_index:03d}.json")
+
+
+def write_trace(path: Path, trace: dict) -> None:
+    """One round's KD decisions of one client: ``{example id: ["0110…", …]}`` (a bit per label
+    token, one string per time the example was trained that round)."""
+    write_json_atomic(path, {k: ["".join("1" if b else "0" for b in bits) for bits in v]
+                             for k, v in sorted(trace.items())})
+
+
+def collect_trace(cell: dict, out_path: str) -> None:
+    """Bundle the clients' per-round KD records into the cell's ``kd_trace.json``:
+    ``{"rounds": R, "clients": {client: {round: {example id: [bits, …]}}}}`` (read by Fig. 11)."""
+    from fedrepro.io import read_json
+
+    out: dict = {}
+    root = Path(cell["out_dir"]) / "clients"
+    for folder in sorted(root.glob("*")) if root.is_dir() else []:
+        rounds = {}
+        for path in sorted(folder.glob(f"{TRACE_PREFIX}*.json")):
+            r = int(path.stem.rsplit("_", 1)[1])
+            if r <= int(cell["train"]["rounds"]):
+                rounds[str(r)] = read_json(path)
+        out[folder.name] = rounds
+    write_json_atomic(out_path, {"rounds": int(cell["train"]["rounds"]), "clients": out})
+
+
+def before_cleanup(cell: dict) -> dict:
+    """After training, before the runner deletes ``clients/`` and ``checkpoints/``: write the
+    cell's ``kd_trace.json`` and return the selected rounds for the provenance."""
+    from fedrepro.io import read_json
+
+    collect_trace(cell, str(Path(cell["out_dir"]) / "kd_trace.json"))
+    selected = Path(cell["out_dir"]) / "selected_rounds.json"
+    return {"selected_rounds": read_json(selected)} if selected.exists() else {}
+
+
+def inherited_local(cell: dict, client: str) -> OrderedDict[str, torch.Tensor] | None:
+    """Table VII post-addition (``cell['init_from']``): the local adapter an initial client ends
+    the baseline run with; None for a client that joins (it starts from the received W^r)."""
+    src = cell.get("init_from")
+    if not src:
+        return None
+    from fedrepro.fl.cell import load_final_adapters
+
+    finals = load_final_adapters(Path(src) / "adapters.safetensors")
+    return finals.get(client)
 
 
 LOCAL_STARTS = ("persistent", "aggregate")
@@ -170,8 +262,23 @@ def is_federated(cell: dict) -> bool:
     return get_method(cell["method"]).federated
 
 
+SERVER_KEY = "__server__"
+"""Client name under which a federated cell's adapters file keeps the server's final tensors."""
+
+
 def initial_state(cell: dict) -> OrderedDict[str, torch.Tensor]:
+    """W^1: a function of the seed; for a post-addition cell (``init_from``, Table VII) the
+    baseline run's final server tensors, from which the four clients continue."""
     from transformers import AutoConfig
+
+    if cell.get("init_from"):
+        from fedrepro.fl.cell import load_final_adapters
+
+        path = Path(cell["init_from"]) / "adapters.safetensors"
+        finals = load_final_adapters(path)
+        if SERVER_KEY not in finals:
+            raise InputError(f"{path}: holds no server state ({SERVER_KEY}); rerun that cell")
+        return OrderedDict(sorted(finals[SERVER_KEY].items()))
 
     from fedrepro.papers.adafedseleckd.model import initial_adapter_state
 
@@ -209,7 +316,10 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     for r in range(done + 1, rounds + 1):
         t0 = time.perf_counter()
         torch.manual_seed(0)  # no randomness is drawn in training; fixed for safety
-        stats = local_update(model, spec, examples, hp, optimizer, int(cell["seed"]), name, r, pad_id, start_id)
+        trace: dict = {}
+        stats = local_update(model, spec, examples, hp, optimizer, int(cell["seed"]), name, r, pad_id,
+                             start_id, trace=trace)
+        write_trace(trace_path(cell, name, r), trace)
         state_path, meta_path = checkpoint_paths(cell["out_dir"], r)
         save_state(state_path, model.adapter_state("local"))
         with atomic_path(Path(cell["out_dir"]) / "checkpoints" / f"optimizer_round_{r:03d}.pt") as tmp:
@@ -224,8 +334,11 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
 
 
 def final_states(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
-    """The adapter each evaluated client uses: AdaSingle/AdaCentralized and AdaFedAvg the one
-    trained / aggregated adapter; the KD methods each client's own local adapter.
+    """The adapter each evaluated client uses: AdaSingle/AdaCentralized and AdaFedAvg (and the
+    Table V methods) the one trained / aggregated adapter; the KD methods each client's own local
+    adapter -- of the last round, or of the round :func:`report_round` selects.  A federated cell
+    also keeps the server's final tensors (under :data:`SERVER_KEY`), from which Table VII's
+    post-addition run continues.
 
     KD methods with ``clients_per_round``: a client's local adapter after the last round it was
     sampled in (which round, from the server's round log; its file must exist).  A client never
@@ -234,18 +347,73 @@ def final_states(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     that is what is kept for it (docs/decisions.md, AdaFedSelecKD)."""
     spec = get_method(cell["method"])
     rounds = int(cell["train"]["rounds"])
-    if not spec.federated or spec.server_role == "local":
-        final = load_state(checkpoint_paths(cell["out_dir"], rounds)[0])
-        return {c: final for c in cell["eval_clients"]}
-    last = last_participation(cell["out_dir"], cell["clients"], rounds)
-    out = {}
+    out: dict[str, OrderedDict[str, torch.Tensor]] = {}
+    selected: dict[str, int] = {}
+    losses: dict[str, list[float]] = {}
     for c in cell["eval_clients"]:
-        if last.get(c):
-            out[c] = load_state(client_state_path(cell, c, last[c]))
+        if report_round(cell) == "last":
+            selected[c] = rounds
         else:
-            log.warning("client %s was never sampled: it keeps its initial local adapter W^1", c)
-            out[c] = OrderedDict(sorted(initial_state(cell).items()))
+            losses[c] = [validation_loss(cell, c, state_at(cell, c, r)) for r in range(1, rounds + 1)]
+            best = min(losses[c])
+            selected[c] = max(r for r, v in enumerate(losses[c], 1) if v == best)  # ties: later
+        out[c] = state_at(cell, c, selected[c])
+    write_json_atomic(Path(cell["out_dir"]) / "selected_rounds.json",
+                      {"rule": report_round(cell), "rounds": selected, "validation_loss": losses})
+    if spec.federated:
+        out[SERVER_KEY] = load_state(checkpoint_paths(cell["out_dir"], rounds)[0])
     return out
+
+
+def state_at(cell: dict, client: str, round_index: int) -> OrderedDict[str, torch.Tensor]:
+    """The adapter ``client`` would be evaluated with had the run stopped after ``round_index``."""
+    spec = get_method(cell["method"])
+    if not spec.federated or spec.server_role == "local":
+        return load_state(checkpoint_paths(cell["out_dir"], round_index)[0])
+    last = last_participation(cell["out_dir"], cell["clients"], round_index)
+    if last.get(client):
+        return load_state(client_state_path(cell, client, last[client]))
+    log.warning("client %s was never sampled up to round %d: it keeps its initial local adapter W^1",
+                client, round_index)
+    return OrderedDict(sorted(initial_state(cell).items()))
+
+
+REPORT_ROUNDS = ("last", "best_val_loss")
+
+
+def report_round(cell: dict) -> str:
+    """Which round's adapters a cell reports (``adafedseleckd.report_round``): ``last``, or
+    ``best_val_loss`` -- per client, the round whose adapter has the lowest teacher-forced
+    cross-entropy on that client's validation split (§V-C: "the final, optimally-performing
+    round"; ROUGE on validation would need a beam search per round; docs/decisions.md)."""
+    value = cell.get("report_round", "last")
+    if value not in REPORT_ROUNDS:
+        raise InputError(f"adafedseleckd.report_round must be one of {REPORT_ROUNDS}, got {value!r}")
+    return value
+
+
+def validation_loss(cell: dict, client: str, state: dict[str, torch.Tensor]) -> float:
+    """Token-mean cross-entropy of the local path with ``state`` on ``client``'s ``val`` split."""
+    from fedrepro.data.seq2seq import iterate_batches
+    from fedrepro.devices import model_device, to_device
+    from fedrepro.papers.adafedseleckd.kd import cross_entropy_loss
+
+    configure_torch(cell["threads"])
+    _, model = get_model(cell)
+    model.load_adapter_state("local", state)
+    model.eval()
+    pad_id, start_id = special_ids(model)
+    total, count = 0.0, 0
+    hp = TrainHParams.from_config(cell["train"])
+    with torch.no_grad():
+        for batch in iterate_batches(client_examples(cell, client, "val"), hp.batch_size, pad_id, start_id):
+            batch = to_device(batch, model_device(model))
+            logits, _ = model.path_logits(batch["input_ids"], batch["attention_mask"],
+                                          batch["decoder_input_ids"], student="local")
+            n = int((batch["labels"] != -100).sum())
+            total += float(cross_entropy_loss(logits, batch["labels"])) * n
+            count += n
+    return total / max(count, 1)
 
 
 def parameter_report(cell: dict) -> dict:

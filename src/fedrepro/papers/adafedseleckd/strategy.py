@@ -1,0 +1,154 @@
+"""AdaFedSelecKD's server rules: FedAvg (eq. 2) and Table V's FedOpt, FedProx and FedNova.
+
+Every class subclasses the runner's :class:`~fedrepro.fl.strategy.SortedCheckpointFedAvg` (replies
+sorted by partition id for same-bits reruns, a failed client stops the run, seeded client
+sampling, a checkpoint after every round).  Flower's strategies are used for what they do:
+
+==============  ==================================================================================
+method          server step per round
+==============  ==================================================================================
+AdaFedAvg, KD   the base strategy: Flower's weighted average of the replies (n_i/n)
+AdaFedOPT       Flower's ``FedAdam`` / ``FedYogi`` / ``FedAdagrad`` (Reddi et al. 2021, Alg. 2):
+                the weighted average minus the broadcast is the pseudo-gradient Δ_t;
+                m_t = β₁m + (1−β₁)Δ_t, v_t per the optimiser, x ← x + η·m_t/(√v_t + τ)
+                (``adafedseleckd.server_optimizer``; the optimiser's m_t, v_t are saved per round)
+AdaFedProx      Flower's ``FedProx`` (sends ``proximal-mu``) + FedAvg; the client adds
+                μ/2‖w − w^r‖² (:func:`fedrepro.fl.algorithms.fedprox_proximal_term`)
+AdaFedNova      FedNova (Wang et al. 2020): x ← x − τ_eff·Σ p_i (x − y_i)/τ_i with τ_i the
+                client's local optimiser steps (:func:`fedrepro.fl.algorithms.fednova_aggregate`)
+==============  ==================================================================================
+
+The paper (§V-A, Table V) names the algorithms and nothing else; the optimiser, its η, β₁, β₂, τ
+and FedProx's μ are config keys (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Message
+from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedProx, FedYogi
+
+from fedrepro.fl.algorithms import fednova_aggregate
+from fedrepro.fl.strategy import SortedCheckpointFedAvg
+from fedrepro.io import InputError, atomic_path
+from fedrepro.papers.adafedseleckd.methods import get_method
+
+SERVER_OPTIMIZERS = {"adam": FedAdam, "yogi": FedYogi, "adagrad": FedAdagrad}
+"""``adafedseleckd.server_optimizer.name`` -> Flower's FedOpt strategy (Reddi et al. 2021)."""
+
+
+class AdaFedOptStrategy(SortedCheckpointFedAvg):
+    """AdaFedOPT: Flower's FedAdam / FedYogi / FedAdagrad applied to the sorted replies.
+
+    A Flower FedOpt strategy held inside does the step: its ``aggregate_train`` averages the
+    replies (FedAvg) and applies the adaptive update to the broadcast ``current_arrays``; its
+    moment estimates m_t, v_t are the server state saved after every round (resume, same bits).
+    The bias correction uses the absolute round, so a resumed run steps as an uninterrupted one.
+    """
+
+    def __init__(self, cell: Mapping, **kwargs):
+        super().__init__(**kwargs)
+        opt = dict(cell.get("server_optimizer") or {})
+        name = opt.pop("name", "adam")
+        if name not in SERVER_OPTIMIZERS:
+            raise InputError(
+                f"adafedseleckd.server_optimizer.name must be one of {sorted(SERVER_OPTIMIZERS)}, "
+                f"got {name!r}"
+            )
+        unknown = set(opt) - {"eta", "beta_1", "beta_2", "tau"}
+        if unknown:
+            raise InputError(f"adafedseleckd.server_optimizer: unknown keys {sorted(unknown)}")
+        if name == "adagrad":
+            opt.pop("beta_2", None)  # FedAdagrad has no β₂
+        self.optimizer_name = name
+        self.opt = SERVER_OPTIMIZERS[name](
+            eta_l=float(cell["train"]["lr"]), **{k: float(v) for k, v in opt.items()}
+        )
+        if self.round_offset > 0:
+            self.load_moments(self.round_offset)
+
+    def configure_train(self, server_round, arrays, config, grid):
+        self.opt.current_arrays = {k: a.numpy() for k, a in arrays.items()}
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
+        arrays, metrics = self.opt.aggregate_train(absolute_round, replies)
+        # Flower computes in the arrays' dtype (float32); keep the adapters' dtype and key order
+        return ArrayRecord(OrderedDict(
+            (k, torch.from_numpy(np.ascontiguousarray(arrays[k].numpy())))
+            for k in self.opt.current_arrays
+        )), metrics
+
+    # -- m_t, v_t per round -------------------------------------------------------------------
+    def moments_path(self, absolute_round: int) -> Path:
+        return self.out_dir / "checkpoints" / f"server_opt_round_{absolute_round:03d}.pt"
+
+    def save_server_state(self, absolute_round: int) -> None:
+        state = {
+            "m_t": {k: torch.from_numpy(v.copy()) for k, v in (self.opt.m_t or {}).items()},
+            "v_t": {k: torch.from_numpy(v.copy()) for k, v in (self.opt.v_t or {}).items()},
+        }
+        with atomic_path(self.moments_path(absolute_round), suffix=".pt") as tmp:
+            torch.save(state, tmp)
+
+    def load_moments(self, absolute_round: int) -> None:
+        path = self.moments_path(absolute_round)
+        if not path.exists():
+            raise InputError(
+                f"{path}: the server optimiser state of round {absolute_round} is missing; delete "
+                f"{self.out_dir / 'checkpoints'} to restart this cell"
+            )
+        state = torch.load(path, weights_only=True)
+        self.opt.m_t = {k: v.numpy() for k, v in state["m_t"].items()} or None
+        self.opt.v_t = {k: v.numpy() for k, v in state["v_t"].items()} or None
+
+
+class AdaFedProxStrategy(FedProx, SortedCheckpointFedAvg):
+    """AdaFedProx's server: Flower's ``FedProx`` (writes ``proximal-mu`` into the round's config)
+    before the runner strategy in the MRO; aggregation is FedAvg.  The client reads the same μ
+    from the cell (``train.prox_mu``), since the shared ClientApp hands a task its tensors only."""
+
+    def __init__(self, cell: Mapping, **kwargs):
+        SortedCheckpointFedAvg.__init__(self, **kwargs)
+        self.proximal_mu = float(cell["train"].get("prox_mu", 0.0))
+        if self.proximal_mu < 0:
+            raise InputError(f"adafedseleckd.train.prox_mu must be >= 0, got {self.proximal_mu}")
+
+
+class AdaFedNovaStrategy(SortedCheckpointFedAvg):
+    """AdaFedNova: FedNova's normalised averaging by the clients' local step counts."""
+
+    def __init__(self, cell: Mapping, **kwargs):
+        super().__init__(**kwargs)
+        self._current: OrderedDict | None = None
+
+    def configure_train(self, server_round, arrays, config, grid):
+        self._current = arrays.to_torch_state_dict()
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
+        _, metrics = super().aggregate_arrays(absolute_round, replies)  # metrics: Flower's average
+        steps = [int(m.content["metrics"]["n-batches"]) for m in replies]
+        ns = [int(m.content["metrics"]["num-examples"]) for m in replies]
+        states = [m.content["arrays"].to_torch_state_dict() for m in replies]
+        return ArrayRecord(fednova_aggregate(self._current, states, steps, ns)), metrics
+
+    def round_extras(self, absolute_round: int, replies: list[Message]) -> dict:
+        return {"local_steps": [int(m.content["metrics"]["n-batches"]) for m in replies]}
+
+
+def make_strategy(cell: Mapping, **kwargs) -> SortedCheckpointFedAvg:
+    """The server of ``cell['method']`` (the runner's base strategy for FedAvg and the KD methods)."""
+    server = get_method(cell["method"]).server
+    if server == "fedopt":
+        return AdaFedOptStrategy(cell, **kwargs)
+    if server == "fedprox":
+        return AdaFedProxStrategy(cell, **kwargs)
+    if server == "fednova":
+        return AdaFedNovaStrategy(cell, **kwargs)
+    return SortedCheckpointFedAvg(**kwargs)
