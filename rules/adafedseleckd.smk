@@ -51,6 +51,34 @@ rule train_cell:
         "../workflow_scripts/train_cell.py"
 
 
+if ada.rows_enabled(config):
+
+    ruleorder: adafedseleckd_row > train_cell
+    ruleorder: adafedseleckd_row > evaluate_cell
+
+    rule adafedseleckd_row:
+        input:
+            backbone="results/backbones/{backbone}",
+            data=lambda w: ada.clients_dir(w.partition, w.seed),
+        output:
+            ada.row_outputs(),
+        params:
+            cells=lambda w: ada.row_cells(config, w.partition, w.backbone, w.seed),
+        threads: ADA["threads_per_cell"]
+        resources:
+            gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
+            mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
+            runtime=lambda wildcards: 3 * wf.job_resources(config, wildcards.backbone, "train")["runtime"],
+        log:
+            "logs/adafedseleckd_row/{partition}/{backbone}/seed~{seed}.log",
+        benchmark:
+            "benchmarks/adafedseleckd_row/{partition}/{backbone}/seed~{seed}.tsv"
+        conda:
+            "../envs/train.yaml"
+        script:
+            "../workflow_scripts/adafedseleckd_row.py"
+
+
 rule evaluate_cell:
     input:
         adapters="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/adapters.safetensors",

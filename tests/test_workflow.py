@@ -31,11 +31,16 @@ def test_paper_config_dry_run_lists_every_cell_of_the_paper_grids():
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
-    # 3 backbones x 3 seeds x (3 AdaSingle clients + AdaCentralized + 3 federated methods)
-    assert counts["train_cell"] == "63"
-    assert counts["evaluate_cell"] == "63"
+    # 3 backbones x 3 seeds x (3 AdaSingle clients + AdaCentralized + 3 federated methods) = 63,
+    # + the other experiments on bart-large x 3 seeds: Table V 3 methods, Table VII post-addition,
+    # Fig. 4 four more taus, Figs. 6/7/8 (extreme)/9 (longt5)/10 (sampled) 3 methods each, Fig. 12
+    # hard KD: 3 x (3 + 1 + 4 + 5 x 3 + 1) = 72
+    assert counts["train_cell"] == "135"
+    assert counts["evaluate_cell"] == "135"
     assert counts["adafedseleckd_table"] == "3"
-    assert counts["download_qmsum"] == "1" and counts["backbone"] == "4"  # + roberta-base (FedMCP)
+    assert counts["adafedseleckd_experiment_table"] == "3" and counts["adafedseleckd_experiment_figure"] == "8"
+    assert counts["adafedseleckd_human_eval_kit"] == "1" and counts["adafedseleckd_pos_tags"] == "9"
+    assert counts["download_qmsum"] == "1" and counts["backbone"] == "5"  # + longt5, roberta-base
     # FedMCP: 13 methods and ablations x 3 runs; Tables I-II and Figures 3-5
     assert counts["fedmcp_train_cell"] == "39" and counts["fedmcp_evaluate_cell"] == "39"
     assert counts["fedmcp_table"] == "2" and counts["fedmcp_figure"] == "3"
@@ -43,6 +48,11 @@ def test_paper_config_dry_run_lists_every_cell_of_the_paper_grids():
         "results/adafedseleckd/domains/bart-large/AdaSingle/Academic/seed~3/adapters.safetensors",
         "results/adafedseleckd/domains/led-large/AdaFedSelectKD/all/seed~2/scores.json",
         "results/adafedseleckd/domains/bart-base/AdaCentralized/all/seed~1/adapters.safetensors",
+        "results/adafedseleckd/extreme/bart-large/AdaFedSelectKD~post/all/seed~3/scores.json",
+        "results/adafedseleckd/long/longt5/AdaFedKD/all/seed~2/scores.json",
+        "results/adafedseleckd/domains/bart-large/AdaFedAvg~sample2/all/seed~1/scores.json",
+        "results/adafedseleckd/domains/bart-large/AdaFedSelectKD~tau9/all/seed~1/scores.json",
+        "results/adafedseleckd/iid/bart-large/AdaFedKD/all/seed~3/scores.json",
     ):
         assert cell in out
 
@@ -226,3 +236,26 @@ def test_download_rule_offline_fails_fast_and_leaves_nothing(tmp_path):
     log = (tmp_path / "logs/download_source/samsum.log").read_text()
     assert "samsum" in log.lower() and "data.samsum.local_dir" in log
     assert not (tmp_path / "resources" / "downloads" / "samsum").exists()
+
+
+@pytest.mark.slow
+def test_adafedseleckd_row_jobs_write_the_bytes_of_cell_jobs(tmp_path):
+    """``cells_per_job: row`` (one process trains and evaluates AdaFedAvg, AdaFedKD and
+    AdaFedSelectKD) gives every file a train job + an evaluation job per cell gives."""
+    from compare_results import compare
+
+    from fedrepro.papers.adafedseleckd.grid import CELL_FILES, ROW_METHODS
+
+    targets = [f"results/adafedseleckd/domains/bart-large/{m}/all/seed~7/{f}"
+               for m in ROW_METHODS for f in CELL_FILES]
+    trees = {}
+    for mode in ("cell", "row"):
+        d = tmp_path / mode
+        d.mkdir()
+        text = TINY_CONFIG.format(samples=ROOT / "resources" / "samples" / "qmsum")
+        _, res = build_targets(d, text + f"  cells_per_job: {mode}\n", targets, timeout=900)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out[-4000:]
+        assert ("adafedseleckd_row" in out) == (mode == "row")
+        trees[mode] = d / "results" / "adafedseleckd"
+    assert compare(trees["cell"], trees["row"]) == []

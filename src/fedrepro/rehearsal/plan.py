@@ -134,6 +134,13 @@ def apply(config: dict, basedir: str | Path) -> dict:
             int(fs.get("eval", {}).get("heldout_test_docs") or s["fedsum_heldout_test_docs"]),
             int(s["fedsum_heldout_test_docs"]),
         )
+    ada_parts = parts.get("adafedseleckd") or {}
+    if ada_parts.get("noniid_sizes") and s["data"] == "samples":
+        # Fig. 7 draws 200/40/40 per domain; the generated samples hold fewer
+        ada_parts["noniid_sizes"] = {k: min(int(v), 2) for k, v in ada_parts["noniid_sizes"].items()}
+    table7 = ((config.get("adafedseleckd") or {}).get("experiments") or {}).get("table7")
+    if table7 and table7.get("post_rounds"):
+        table7["post_rounds"] = int(s["rounds"])
     for name, d in (config.get("data") or {}).items():
         if s["data"] == "samples":
             d["source"] = "samples"
@@ -166,16 +173,39 @@ def _ada_cells(config: dict, cover: bool) -> list[dict]:
     if cover:
         richest = "AdaFedSelectKD" if "AdaFedSelectKD" in methods else methods[-1]
         full += [(b, richest) for b in backbones[1:]]
+    full = [(a["partition"], b, m, ada.scopes(config, m)[0]) for b, m in full]
+    full += _ada_experiment_cells(config, seed, {(a["partition"], b, m) for _, b, m, _ in full}, cover)
     out = []
-    for backbone, method in full:
-        scope = ada.scopes(config, method)[0]
-        cell = ada.cell_dir(a["partition"], backbone, method, scope, seed)
-        key = f"adafedseleckd/{a['partition']}/{backbone}/{method}/{scope}/seed~{seed}"
+    for partition, backbone, method, scope in full:
+        cell = ada.cell_dir(partition, backbone, method, scope, seed)
+        key = f"adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}"
         out.append({"paper": "adafedseleckd", "cell": cell, "method": method, "backbone": backbone,
-                    "setting": f"{a['partition']}/{scope}",
+                    "setting": f"{partition}/{scope}",
                     "files": [f"{cell}/{n}" for n in ("provenance.json", "scores.json")],
                     "jobs": {j: _job(f"{j}_cell", key, wf.job_resources(config, backbone, j))
                              for j in ("train", "evaluate")}})
+    return out
+
+
+def _ada_experiment_cells(config: dict, seed, have: set, cover: bool) -> list[tuple[str, str, str, str]]:
+    """The experiments' cells (Tables V, VII, Figs. 4, 6-10, 12) that add a code path: with
+    ``cover``, one per new method, per split setting, per backbone and per kind of variant
+    (τ, sampling, post-addition); all of them with ``cross``."""
+    seen_bases = {ada.split_method(m)[0] for _, _, m in have}
+    seen_kinds = {(p, b, "") for p, b, _ in have}
+    out = []
+    for cell in ada.all_experiment_cells(config):
+        *_, partition, backbone, method, scope, seed_dir = Path(cell).parts
+        if seed_dir != f"seed~{seed}" or (partition, backbone, method) in have:
+            continue
+        base, variant = ada.split_method(method)
+        kind = (partition, backbone, variant.rstrip("0123456789."))
+        if cover and base in seen_bases and kind in seen_kinds:
+            continue
+        seen_bases.add(base)
+        seen_kinds.add(kind)
+        have.add((partition, backbone, method))
+        out.append((partition, backbone, method, scope))
     return out
 
 
@@ -291,6 +321,9 @@ def full_grids(original: dict) -> dict[str, dict[str, list[str]]]:
 
 def backbone_dirs(config: dict) -> dict[str, str]:
     out = {b: wf.backbone_dir(b) for b in (config.get("adafedseleckd") or {}).get("backbones", [])}
+    fig9 = ((config.get("adafedseleckd") or {}).get("experiments") or {}).get("figure9")
+    if fig9:
+        out[fig9.get("backbone", "longt5")] = wf.backbone_dir(fig9.get("backbone", "longt5"))
     if "fedmcp" in config:
         out[config["fedmcp"]["backbone"]] = wf.backbone_dir(config["fedmcp"]["backbone"])
     if "fedsum" in config:

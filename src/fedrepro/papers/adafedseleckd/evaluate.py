@@ -82,3 +82,18 @@ def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_o
     }
     write_json_atomic(scores_out, result)
     return result
+
+
+def run_row(cells: list[dict]) -> None:
+    """A row job: train and evaluate ``cells`` one after the other in this process, each into its
+    own folder (the files of the ``train_cell`` and ``evaluate_cell`` rules)."""
+    from pathlib import Path
+
+    from fedrepro.fl.cell import run_cell
+
+    for cell in cells:
+        folder = Path(cell["out_dir"])
+        run_cell(cell, str(folder / "adapters.safetensors"), str(folder / "train_log.json"),
+                 str(folder / "provenance.json"))
+        evaluate_cell(cell, str(folder / "adapters.safetensors"), str(folder / "predictions.jsonl"),
+                      str(folder / "scores.json"))

@@ -383,6 +383,35 @@ def experiment_spec(config: dict, name: str) -> dict:
     }
 
 
+# -- rows: one job trains and evaluates several cells of one (split, backbone, seed) (demo) --------
+ROW_METHODS = ("AdaFedAvg", "AdaFedKD", "AdaFedSelectKD")
+"""The methods a row job runs: the three every split setting's figure trains (Figs. 6-10)."""
+
+CELL_FILES = ("adapters.safetensors", "train_log.json", "provenance.json", "kd_trace.json",
+              "predictions.jsonl", "scores.json")
+
+
+def rows_enabled(config: dict) -> bool:
+    """``adafedseleckd.cells_per_job``: ``cell`` -- a training job and an evaluation job per cell
+    (paper scale: each is a GPU job of its own); ``row`` -- one job per (split, backbone, seed)
+    trains and evaluates AdaFedAvg, AdaFedKD and AdaFedSelectKD one after the other in one process
+    (demo scale: starting Python, torch, transformers and Flower costs more than a tiny cell).
+    Every cell keeps its own folder and files, byte-identical either way (tested)."""
+    mode = ada_cfg(config).get("cells_per_job", "cell")
+    if mode not in ("cell", "row"):
+        raise InputError(f"adafedseleckd.cells_per_job must be 'cell' or 'row', got {mode!r}")
+    return mode == "row"
+
+
+def row_outputs() -> list[str]:
+    return [f"{RESULTS}/adafedseleckd/{{partition}}/{{backbone}}/{m}/all/seed~{{seed}}/{f}"
+            for m in ROW_METHODS for f in CELL_FILES]
+
+
+def row_cells(config: dict, partition: str, backbone: str, seed) -> list[dict]:
+    return [make_cell(config, partition, backbone, m, "all", seed) for m in ROW_METHODS]
+
+
 def table_title(config: dict, table: str) -> str:
     backbone = TABLE_BACKBONES[table]
     name = TABLE_NAMES[table]
