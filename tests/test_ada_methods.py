@@ -342,12 +342,6 @@ def test_fedopt_two_rounds_by_hand(task_identity, tmp_path, name):
     assert not np.allclose(got[1]["w"], other[1]["w"], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG strategy.py AdaFedOptStrategy.aggregate_arrays: Flower's FedAdam multiplies by a numpy "
-    "float64 eta_norm, so under NumPy 2 promotion the new arrays are float64; aggregate_arrays "
-    "keeps that dtype (torch.from_numpy(arrays[k].numpy())) although its comment says it keeps "
-    "the adapters' dtype -- AdaFedOPT's server checkpoints, broadcasts and final __server__ "
-    "tensors are float64 (twice the bytes of the float32 adapters)"))
 def test_fedadam_keeps_the_adapters_dtype(task_identity, tmp_path):
     s = AdaFedOptStrategy(_opt_cell("adam"), **_strategy_kwargs(tmp_path))
     instructions = _configure(s, 1, X0)
@@ -397,11 +391,6 @@ def test_fedopt_bad_optimizer_settings_name_the_key(tmp_path):
     assert s.optimizer_name == "adagrad" and s.opt.eta == 0.1 and s.opt.eta_l == 0.01
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "BUG strategy.py AdaFedOptStrategy.__init__: for name 'adagrad' only beta_2 is dropped, but "
-    "Flower's FedAdagrad takes neither beta_1 nor beta_2 (it fixes beta_1 = 0), so the config's "
-    "server_optimizer with beta_1 (as in config/config.yaml) crashes with a TypeError instead of "
-    "building FedAdagrad or raising an InputError naming the key"))
 def test_fedadagrad_with_the_configs_betas_is_built(tmp_path):
     s = AdaFedOptStrategy(_opt_cell("adagrad"), **_strategy_kwargs(tmp_path))  # beta_1, beta_2 set
     assert s.optimizer_name == "adagrad", "AdaFedOPT with name adagrad and beta_1 set must be built"

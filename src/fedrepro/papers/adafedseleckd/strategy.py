@@ -63,8 +63,9 @@ class AdaFedOptStrategy(SortedCheckpointFedAvg):
         unknown = set(opt) - {"eta", "beta_1", "beta_2", "tau"}
         if unknown:
             raise InputError(f"adafedseleckd.server_optimizer: unknown keys {sorted(unknown)}")
-        if name == "adagrad":
-            opt.pop("beta_2", None)  # FedAdagrad has no β₂
+        if name == "adagrad":  # FedAdagrad has no β₁/β₂ (the config's values are for adam/yogi)
+            opt.pop("beta_1", None)
+            opt.pop("beta_2", None)
         self.optimizer_name = name
         self.opt = SERVER_OPTIMIZERS[name](
             eta_l=float(cell["train"]["lr"]), **{k: float(v) for k, v in opt.items()}
@@ -80,7 +81,8 @@ class AdaFedOptStrategy(SortedCheckpointFedAvg):
         arrays, metrics = self.opt.aggregate_train(absolute_round, replies)
         # Flower computes in the arrays' dtype (float32); keep the adapters' dtype and key order
         return ArrayRecord(OrderedDict(
-            (k, torch.from_numpy(np.ascontiguousarray(arrays[k].numpy())))
+            (k, torch.from_numpy(np.ascontiguousarray(
+                arrays[k].numpy().astype(self.opt.current_arrays[k].dtype, copy=False))))
             for k in self.opt.current_arrays
         )), metrics
 
