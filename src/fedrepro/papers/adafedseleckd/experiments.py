@@ -319,7 +319,11 @@ def figure11(spec: Mapping, trace_files: Sequence[str], provenance_files: Sequen
     ref = _paper("Sec V-C")
     paper_share = {r["client"]: float(r["value"]) for _, r in ref.iterrows()}
     prefix = str(out["png"]).removesuffix(".png")
-    pos.write_figure11(dist, share, prefix, paper_share, paper_det_pron_percent=74.0)
+    note = (f"AdaFedSelectKD on {spec['backbone']} ({spec['scale']} scale); POS panels: client {first}; "
+            f"word rule '{rule}'; rounds 1 to the reported round")
+    if spec["scale"] == "demo":
+        note += f". {DEMO}"
+    pos.write_figure11(dist, share, prefix, paper_share, paper_det_pron_percent=74.0, note=note)
     return {"share": share, "distribution": dist, "client": first}
 
 

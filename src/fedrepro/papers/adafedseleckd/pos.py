@@ -352,8 +352,12 @@ def write_figure11(
     out_prefix: str | os.PathLike,
     paper_share: Mapping[str, float],
     paper_det_pron_percent: float | None = None,
+    note: str = "",
 ) -> list[dict]:
     """Write ``<out_prefix>.csv``, ``.md`` and ``.png`` (Fig. 11) atomically; return the CSV rows.
+
+    ``note``: what was run (scale, the plotted client, the word rule), under the title and on the
+    figure.
 
     ``dist``: :func:`pos_distribution` of one client (the paper plots the academic client).
     ``share_by_client``: :func:`kd_word_share` per client (fractions 0–1); ``paper_share``: the
@@ -397,8 +401,8 @@ def write_figure11(
     for r in rows:
         csv_lines.append(",".join(_csv_cell(_fmt(r[k], 4)) for k in FIGURE11_COLUMNS))
     write_text_atomic(prefix + ".csv", "\n".join(csv_lines) + "\n")
-    write_text_atomic(prefix + ".md", _figure11_markdown(rows, dist))
-    _figure11_png(dist, prefix + ".png")
+    write_text_atomic(prefix + ".md", _figure11_markdown(rows, dist, note))
+    _figure11_png(dist, prefix + ".png", note)
     return rows
 
 
@@ -406,10 +410,11 @@ def _csv_cell(s: str) -> str:
     return f'"{s.replace(chr(34), chr(34) * 2)}"' if any(ch in s for ch in ',"\n') else s
 
 
-def _figure11_markdown(rows: list[dict], dist: Mapping) -> str:
+def _figure11_markdown(rows: list[dict], dist: Mapping, note: str = "") -> str:
     lines = [
         "# AdaFedSelecKD Fig. 11: target words learned with and without KD",
         "",
+        *([note, ""] if note else []),
         "Share of trained target words (each counted once per time it is trained) that adopt the",
         "KD loss (§V-C); ours vs the paper.",
         "",
@@ -429,7 +434,7 @@ def _figure11_markdown(rows: list[dict], dist: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _figure11_png(dist: Mapping, png: str) -> None:
+def _figure11_png(dist: Mapping, png: str, note: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -447,6 +452,8 @@ def _figure11_png(dist: Mapping, png: str) -> None:
         ax.set_ylim(0, max(values + [1.0]) * 1.15)
         ax.set_ylabel("share of words (%)")
         ax.set_title(f"{title} — {dist[section]['total']} words", fontsize=9)
+    if note:
+        fig.suptitle(note, fontsize=8)
     fig.tight_layout()
     with atomic_path(png, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
