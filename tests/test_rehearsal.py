@@ -83,9 +83,16 @@ def test_cover_runs_every_method_backbone_and_model():
     for c in cells:
         by.setdefault(c["paper"], []).append(c)
     a = by["adafedseleckd"]
-    assert {c["method"] for c in a} == set(ADA_METHODS)
-    assert {c["backbone"] for c in a} == {"bart-large", "bart-base", "led-large"}
-    assert len(a) == 5 + 2  # 5 methods on bart-large, AdaFedSelectKD on the two others
+    main = [c for c in a if c["setting"].startswith("domains/") and "~" not in c["method"]]
+    assert {c["method"] for c in main} >= set(ADA_METHODS)
+    assert {c["backbone"] for c in a} == {"bart-large", "bart-base", "led-large", "longt5"}
+    # the main grid: 5 methods on bart-large, AdaFedSelectKD on the two others; then one cell per
+    # code path the other experiments add: Table V's 3 methods, hard KD, post-addition, extreme,
+    # one tau, iid, noniid, long (LongT5), sampling
+    assert len(a) == 5 + 2 + 11
+    assert {c["method"] for c in a} >= {"AdaFedOPT", "AdaFedProx", "AdaFedNova", "AdaFedHardKD",
+                                        "AdaFedSelectKD~post"}
+    assert {c["setting"].split("/")[0] for c in a} == {"domains", "iid", "noniid", "extreme", "long"}
     assert {c["method"] for c in by["fedmcp"]} == set(config["fedmcp"]["methods"])
     fs = by["fedsum"]
     assert set(config["fedsum"]["methods"]) | {"FedSum-depth"} <= {c["method"] for c in fs}
@@ -103,7 +110,9 @@ def test_cross_runs_methods_times_backbones():
     config = _paper_rehearsal()
     config["rehearsal_settings"]["coverage"] = "cross"
     a = [c for c in plan.cells(config) if c["paper"] == "adafedseleckd"]
-    assert len(a) == 5 * 3
+    # 5 methods x 3 backbones, and every other experiment cell of the first seed (Table V 3,
+    # post-addition 1, taus 4, Figs. 6/7/8/9/10 3 each, hard KD 1)
+    assert len(a) == 5 * 3 + 3 + 1 + 4 + 5 * 3 + 1
 
 
 def test_rehearsal_cells_carry_limits_normal_cells_do_not():
