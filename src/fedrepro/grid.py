@@ -131,7 +131,8 @@ def backbone_train_files(config: dict, backbone: str) -> list[str]:
         return []
     if get_spec(backbone).model_class == "RobertaForMaskedLM":
         return [f"{RESULTS}/data/glue/records.jsonl"]
-    return [f"{RESULTS}/data/qmsum/records.jsonl"]
+    sources = backbone_settings(config, backbone).get("train_sources") or ["qmsum"]
+    return [f"{RESULTS}/data/{s}/records.jsonl" for s in sources]
 
 
 def rehearsal_cell(config: dict) -> dict:
