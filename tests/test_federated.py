@@ -113,7 +113,10 @@ def test_only_shared_adapter_tensors_reach_the_server(world):
         assert key in prov
     # KD methods: each client ends with its own local adapter, and they differ
     finals = load_final_adapters(_outputs(cell)[0])
-    assert sorted(finals) == ["Academic", "Committee", "Product"]
+    # + the server's final global adapter (Table VII's post-addition continues from it)
+    assert sorted(finals) == ["Academic", "Committee", "Product", "__server__"]
+    assert set(finals["__server__"]) == set(finals["Academic"])
+    assert any(not torch.equal(finals["__server__"][k], finals["Academic"][k]) for k in finals["Academic"])
     a, b = finals["Academic"], finals["Product"]
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
@@ -209,10 +212,10 @@ def test_sampled_out_clients_keep_their_local_adapter(world, monkeypatch, method
     starts = {}
     real = ada_task.local_update
 
-    def spy(model, spec, examples, hp, optimizer, seed, client, round_index, *rest):
+    def spy(model, spec, examples, hp, optimizer, seed, client, round_index, *rest, **kwargs):
         starts[client, round_index] = OrderedDict(
             (k, v.detach().cpu().clone()) for k, v in model.adapter_state("local").items())
-        return real(model, spec, examples, hp, optimizer, seed, client, round_index, *rest)
+        return real(model, spec, examples, hp, optimizer, seed, client, round_index, *rest, **kwargs)
 
     monkeypatch.setattr(ada_task, "local_update", spy)
     run_cell(cell, *_outputs(cell))
