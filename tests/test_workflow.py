@@ -12,6 +12,7 @@ from helpers import (
     SNAKEMAKE,
     build_targets,
     configs,
+    deep_update,
     demo_config_absolute,
     run_snakemake,
 )
@@ -259,3 +260,31 @@ def test_adafedseleckd_row_jobs_write_the_bytes_of_cell_jobs(tmp_path):
         assert bool(re.search(r"rule adafedseleckd_row:", out)) == (mode == "row")
         trees[mode] = d / "results" / "adafedseleckd"
     assert compare(trees["cell"], trees["row"]) == []
+
+
+def test_paper_config_sets_every_key_the_demo_config_sets():
+    """Snakemake merges ``--configfile config/paper.yaml`` *over* the Snakefile's demo config, so a
+    key the demo sets and the paper config leaves out keeps its demo value in a paper run (this
+    once gave the paper's BART cells the demo's 2 adapters of bottleneck 128).  Only the ``tiny``
+    blocks may be demo-only: they are read for ``kind: tiny`` backbones alone."""
+    demo, paper = configs()
+
+    def demo_only(a, b, path=""):
+        out = []
+        for k, v in a.items():
+            q = f"{path}.{k}" if path else k
+            if k not in b:
+                out.append(q)
+            elif isinstance(v, dict) and isinstance(b[k], dict):
+                out += demo_only(v, b[k], q)
+        return out
+
+    assert [q for q in demo_only(demo, paper) if not q.endswith(".tiny")] == []
+    merged = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    deep_update(merged, paper)
+    from fedrepro.grid import backbone_settings
+
+    got = {b: (backbone_settings(merged, b)["adapter_top_k"], backbone_settings(merged, b)["bottleneck"])
+           for b in ("bart-large", "bart-base", "led-large", "longt5")}
+    assert got == {"bart-large": (6, 2048), "bart-base": (3, 1536), "led-large": (6, 2048),
+                   "longt5": (6, 1536)}
