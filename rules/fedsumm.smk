@@ -1,6 +1,7 @@
 # FedSUMM (Table I, Table II, Fig. 3-6): the Chinese BART backbone; one job per table row
 # (corpus, N, model, seed) training and evaluating its regimes (single, all, FedAvg and FedSUMM on
 # Flower; only the federated two at the other N of Fig. 5b); then the tables and figures.
+# fedsumm_dp_tradeoff (ours): ROUGE vs epsilon, one fedsumm_dp_row job per seed trains every sigma.
 # Cells and targets: fedrepro.papers.fedsumm.grid (why rows, not cells, are jobs: its docstring).
 
 from fedrepro.papers.fedsumm import grid as wfs
@@ -95,6 +96,36 @@ rule fedsumm_federated_row:
         "../workflow_scripts/fedsumm_train_row.py"
 
 
+rule fedsumm_dp_row:
+    input:
+        backbone=wfs.BACKBONE_DIR,
+        data=lambda w: wfs.clients_dir(config, w.fs_corpus, w.fs_n),
+    output:
+        wfs.dp_row_outputs(config),
+    wildcard_constraints:
+        fs_corpus="|".join(wfs.CORPORA),
+        fs_n=r"\d+",
+        fs_model="|".join(wfs.MODELS),
+        fs_regime="FedAvg|FedSUMM",
+    params:
+        cells=lambda w: wfs.dp_row_cells(
+            config, w.fs_corpus, w.fs_n, w.fs_model, w.fs_regime, w.seed
+        ),
+    threads: config["fedsumm"]["threads_per_cell"]
+    resources:
+        gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
+        mem_mb=lambda w: wfs.job_resources(config, "train")["mem_mb"],
+        runtime=lambda w: wfs.job_resources(config, "train")["runtime"],
+    log:
+        "logs/fedsumm_dp_row/{fs_corpus}/n{fs_n}/{fs_model}/{fs_regime}/seed~{seed}.log",
+    benchmark:
+        "benchmarks/fedsumm_dp_row/{fs_corpus}/n{fs_n}/{fs_model}/{fs_regime}/seed~{seed}.tsv"
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow_scripts/fedsumm_train_row.py"
+
+
 rule fedsumm_table:
     input:
         scores=lambda w: wfs.target_files(config, w.fs_target, "scores.json"),
@@ -123,7 +154,7 @@ rule fedsumm_figure:
         png="results/figures/fedsumm_{fs_target}.png",
         csv="results/figures/fedsumm_{fs_target}.csv",
     wildcard_constraints:
-        fs_target="figure3|figure4|figure5|figure6",
+        fs_target="figure3|figure4|figure5|figure6|dp_tradeoff",
     params:
         report=wfs.report_params(config),
     log:
@@ -162,6 +193,11 @@ rule fedsumm_figure5:
 rule fedsumm_figure6:
     input:
         FEDSUMM_OUTPUTS["figure6"],
+
+
+rule fedsumm_dp_tradeoff:
+    input:
+        FEDSUMM_OUTPUTS["dp_tradeoff"],
 
 
 rule fedsumm:

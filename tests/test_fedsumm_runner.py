@@ -299,6 +299,7 @@ def test_fedavg_and_fedsumm_differ_only_by_the_server_procedure(world, tmp_path)
 
 
 def test_dp_clips_to_the_median_and_records_the_noise_scale(world, tmp_path, spy):
+    """``clipping: round_median``: eq. 9 literally (exact median, no ε)."""
     sigma = 0.5
     cell = _cell(
         world,
@@ -306,7 +307,7 @@ def test_dp_clips_to_the_median_and_records_the_noise_scale(world, tmp_path, spy
         "ct",
         "FedSUMM",
         "dp",
-        dp={"enabled": True, "noise_multiplier": sigma},
+        dp={"enabled": True, "noise_multiplier": sigma, "clipping": "round_median"},
         algorithm={"dldt": "off"},
     )
     out = _run(cell)
@@ -319,6 +320,9 @@ def test_dp_clips_to_the_median_and_records_the_noise_scale(world, tmp_path, spy
         assert dp["noise_std_on_mean"] == pytest.approx(dp["clip_norm"] * sigma / 3)
         assert dp["num_clipped"] == sum(n > dp["clip_norm"] for n in norms) == 1
         assert entry["aggregated_metrics"]["dp-noise-scale"] == pytest.approx(dp["noise_scale"])
+        assert dp["epsilon"] is None and "dp-epsilon" not in entry["aggregated_metrics"]
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["dp"]["epsilon"] is None and prov["dp"]["guarantee"].startswith("none")
     # round 1: the clipped quantity is the modulated update w^c − g̃^c − w_0 = (1 + ερ)(w^c − w_0)
     for i, c in enumerate(CLIENTS):
         w0, wc = spy[(1, c)]["received"], spy[(1, c)]["sent"]
@@ -331,20 +335,8 @@ def test_dp_clips_to_the_median_and_records_the_noise_scale(world, tmp_path, spy
     assert (again / "adapters.safetensors").read_bytes() == (
         out / "adapters.safetensors"
     ).read_bytes()
-    no_noise = _run(
-        _cell(
-            world,
-            tmp_path,
-            "ct",
-            "FedSUMM",
-            "dp0",
-            dp={"enabled": True, "noise_multiplier": 0.0},
-            algorithm={"dldt": "off"},
-        )
-    )
-    assert (no_noise / "adapters.safetensors").read_bytes() != (
-        out / "adapters.safetensors"
-    ).read_bytes()
+    other = _run(dict(cell, seed=2, out_dir=str(tmp_path / "dp-seed2")))
+    assert (other / "adapters.safetensors").read_bytes() != (out / "adapters.safetensors").read_bytes()
     # DP is configured for FedSUMM only: a FedAvg cell with the same dp block aggregates without it
     fedavg = _run(
         _cell(
@@ -357,6 +349,49 @@ def test_dp_clips_to_the_median_and_records_the_noise_scale(world, tmp_path, spy
         )
     )
     assert "dp" not in _rounds(fedavg)[0]
+
+
+def test_adaptive_dp_logs_clip_norm_and_epsilon_per_round_and_resumes_bit_identically(
+    world, tmp_path, monkeypatch
+):
+    from fedrepro.fl.privacy import DPSettings, epsilon_per_round
+
+    dp_cfg = {"enabled": True, "noise_multiplier": 0.8, "clipped_count_stddev": 1.0,
+              "initial_clip_norm": 0.05, "clip_norm_lr": 0.5, "delta": 1e-4}
+    cell = _cell(world, tmp_path, "ct", "FedSUMM", "adp", rounds=3, dp=dp_cfg)
+    out = _run(cell)
+    log = _rounds(out)
+    eps = epsilon_per_round(DPSettings.from_config(cell["dp"]), 3, 3, 3)
+    c = 0.05
+    for t, entry in enumerate(log):
+        dp = entry["dp"]
+        assert dp["clipping"] == "adaptive" and dp["clip_norm"] == c  # C_t = C_{t-1}'s update
+        assert dp["epsilon"] == eps[t] and entry["aggregated_metrics"]["dp-epsilon"] == eps[t]
+        assert dp["delta"] == 1e-4 and dp["sampling_rate"] == 1.0
+        unclipped = sum(n <= c for n in dp["norms"])
+        assert dp["num_unclipped"] == unclipped
+        assert dp["next_clip_norm"] == pytest.approx(
+            c * math.exp(-0.5 * (dp["noisy_unclipped_fraction"] - 0.5)), rel=1e-12
+        )
+        z = (0.8**-2 - 2.0**-2) ** -0.5
+        assert dp["noise_std_on_mean"] == pytest.approx(z * c / 3, rel=1e-12)
+        c = dp["next_clip_norm"]
+    assert eps[0] < eps[1] < eps[2]
+    prov = json.loads((out / "provenance.json").read_text())["dp"]
+    assert prov["epsilon_per_round"] == eps and prov["epsilon"] == eps[-1]
+    assert prov["clip_norm_per_round"] == [e["dp"]["clip_norm"] for e in log]
+    assert "rho_reference round_mean" in prov["caveat"]  # the default reading (docs)
+    # same seed, same bits; killed in round 3 and resumed (C_3 read back from round 2's log): same bits
+    again = _run(dict(cell, out_dir=str(tmp_path / "adp-again")))
+    assert (again / "adapters.safetensors").read_bytes() == (out / "adapters.safetensors").read_bytes()
+    cut = dict(cell, out_dir=str(tmp_path / "adp-cut"))
+    _kill_in_round(monkeypatch, 3)
+    with pytest.raises(RuntimeError, match="round 3"):
+        _run(cut)
+    monkeypatch.undo()
+    _run(cut)
+    for name in ("adapters.safetensors", "train_log.json"):
+        assert (Path(cut["out_dir"]) / name).read_bytes() == (out / name).read_bytes()
 
 
 def _kill_in_round(monkeypatch, bad_round: int):

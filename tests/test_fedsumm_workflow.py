@@ -1,5 +1,5 @@
-"""The FedSUMM targets (Table I, Table II, Fig. 3-6) built by Snakemake on a smoke config, and the
-grid's handling of a corpus without data (EDUCATION is not public) and of bad config."""
+"""The FedSUMM targets (Table I, Table II, Fig. 3-6, the DP tradeoff) built by Snakemake on a smoke
+config, and the grid's handling of a corpus without data (EDUCATION is not public) and of bad config."""
 
 import copy
 import json
@@ -40,6 +40,7 @@ TARGETS = [
     "fedsumm_figure4",
     "fedsumm_figure5",
     "fedsumm_figure6",
+    "fedsumm_dp_tradeoff",
 ]
 
 
@@ -102,6 +103,48 @@ def test_bad_fedsumm_config_is_a_clear_error():
     assert "fedsumm.algorithm.rho_window" in str(err.value) and "sigma" in str(err.value)
 
 
+def test_dp_keys_are_validated_in_the_schema_and_in_code_naming_the_key():
+    for key, value in (("noise_multiplier", 0.0), ("delta", 1.0), ("delta", 0.0),
+                       ("target_quantile", 1.5), ("target_quantile", 0.0)):
+        cfg = configs()[0]
+        cfg["fedsumm"]["dp"][key] = value
+        with pytest.raises(InputError, match=rf"config key fedsumm\.dp\.{key}"):
+            validate_config(cfg, ROOT / "config" / "schema.yaml", source="config/config.yaml")
+        with pytest.raises(InputError, match=rf"config key fedsumm\.dp\.{key}"):
+            wfs.make_cell(cfg, "csl", 4, "ct", "FedSUMM", 1)  # the same check in code
+    cfg = configs()[0]
+    cfg["fedsumm"]["dp_tradeoff"]["noise_multipliers"] = [0.5, 0.0]
+    with pytest.raises(InputError, match=r"fedsumm\.dp_tradeoff\.noise_multipliers"):
+        validate_config(cfg, ROOT / "config" / "schema.yaml", source="config/config.yaml")
+    with pytest.raises(InputError, match=r"fedsumm\.dp_tradeoff\.noise_multipliers"):
+        wfs.target_cells(cfg, "dp_tradeoff")
+    # σ must stay below 2 x clipped_count_stddev (the count's share of the budget)
+    cfg = configs()[0]
+    cfg["fedsumm"]["dp_tradeoff"]["noise_multipliers"] = [2.5]
+    with pytest.raises(InputError, match=r"fedsumm\.dp\.clipped_count_stddev"):
+        wfs.target_cells(cfg, "dp_tradeoff")
+
+
+def test_dp_tradeoff_cells_keep_dp_off_in_the_tables():
+    demo = configs()[0]
+    assert demo["fedsumm"]["dp"]["enabled"] is False and _paper_config()["fedsumm"]["dp"]["enabled"] is False
+    cells = wfs.target_cells(demo, "dp_tradeoff")
+    assert cells == [
+        "results/fedsumm/csl/n4/ct/FedSUMM/seed~1",
+        "results/fedsumm/csl/n4/ct/FedSUMM-dp/sigma~0.3/seed~1",
+        "results/fedsumm/csl/n4/ct/FedSUMM-dp/sigma~0.6/seed~1",
+        "results/fedsumm/csl/n4/ct/FedSUMM-dp/sigma~1.2/seed~1",
+    ]
+    table = wfs.make_cell(demo, "csl", 4, "ct", "FedSUMM", 1)
+    assert table["dp"]["enabled"] is False and table["out_dir"] == cells[0]
+    dp_cells = wfs.dp_row_cells(demo, "csl", 4, "ct", "FedSUMM", 1)
+    assert [c["out_dir"] for c in dp_cells] == cells[1:]
+    assert [c["dp"]["noise_multiplier"] for c in dp_cells] == [0.3, 0.6, 1.2]
+    assert all(c["dp"]["enabled"] and c["dp"]["clipping"] == "adaptive" for c in dp_cells)
+    paper = wfs.target_cells(_paper_config(), "dp_tradeoff")
+    assert paper[0] == "results/fedsumm/csl/n50/bart/FedSUMM/seed~1" and len(paper) == 4
+
+
 @pytest.mark.slow
 def test_every_fedsumm_target_builds_on_a_smoke_config(tmp_path):
     path, res = build_targets(tmp_path, SMOKE, TARGETS, timeout=900)
@@ -141,8 +184,21 @@ def test_every_fedsumm_target_builds_on_a_smoke_config(tmp_path):
     assert set(f6.regime) == {"FedAvg", "FedSUMM"} and f6.rho_mean.notna().all()
     for fig in ("figure3", "figure4", "figure5", "figure6"):
         assert (tmp_path / f"results/figures/fedsumm_{fig}.png").stat().st_size > 1000
+    dp = pd.read_csv(tmp_path / "results/figures/fedsumm_dp_tradeoff.csv")
+    a = dp[dp.panel == "a"].sort_values("noise_multiplier")
+    assert list(a.noise_multiplier.dropna()) == [0.3, 0.6, 1.2] and (~a.dp).sum() == 1
+    assert a[a.dp].epsilon.is_monotonic_decreasing and a[~a.dp].epsilon.item() == float("inf")
+    assert a.rougeL.between(0, 100).all()
+    for sigma in ("0.3", "0.6", "1.2"):  # ε in every round of every DP cell's log
+        dp_cell = tmp_path / f"results/fedsumm/csl/n3/ct/FedSUMM-dp/sigma~{sigma}/seed~1"
+        rounds = json.loads((dp_cell / "train_log.json").read_text())["rounds"]
+        assert [r["dp"]["epsilon"] > 0 for r in rounds] == [True, True]
+        assert json.loads((dp_cell / "provenance.json").read_text())["dp"]["epsilon"] == (
+            rounds[-1]["dp"]["epsilon"]
+        )
     cell = tmp_path / "results/fedsumm/csl/n3/ct/FedSUMM/seed~1"
     prov = json.loads((cell / "provenance.json").read_text())
+    assert "dp" not in prov and "dp" not in json.loads((cell / "train_log.json").read_text())["rounds"][0]
     assert prov["engine"] == "inprocess" and prov["cell"]["regime"] == "FedSUMM"
     assert not (cell / "checkpoints").exists()
     assert not (tmp_path / "logs/download_source/education.log").exists()  # never attempted

@@ -25,6 +25,10 @@ Which cells each artefact needs (:func:`target_cells`):
   per round) read the Table I cells' round logs;
 * ``figure5``: the federated cells of ``fedsumm.figure5.corpus`` at every N of
   ``fedsumm.figure5.clients`` (ROUGE-L per round from the table N's logs; the final ROUGE-L per N).
+* ``dp_tradeoff`` (not in the paper; issue 14): ROUGE vs ε on ``fedsumm.dp_tradeoff.corpus`` for
+  its ``model`` at the tables' N: one DP cell per noise multiplier σ
+  (``<corpus>/n<N>/<model>/<regime>-dp/sigma~<σ>/seed~<seed>/``, all σ of a seed trained by one
+  ``fedsumm_dp_row`` job) plus the tables' cell of the same regime without DP (ε = ∞).
 
 A corpus without data (EDUCATION is not public: ``data.education.source: download`` cannot work;
 ``local`` without ``local_dir``) gets no cells; its table rows say "data not available".
@@ -32,6 +36,7 @@ A corpus without data (EDUCATION is not public: ``data.education.source: downloa
 
 from __future__ import annotations
 
+from fedrepro.fl.privacy import DPSettings
 from fedrepro.grid import rehearsal_cell
 from fedrepro.io import InputError
 from fedrepro.models.backbones import builds_locally
@@ -56,6 +61,7 @@ TARGETS = {
     "figure4": "figure",
     "figure5": "figure",
     "figure6": "figure",
+    "dp_tradeoff": "figure",
 }
 CORPORA = ("csl", "nlpcc2017", "lcsts", "thucnews", "education")
 NOT_PUBLIC = {"education"}
@@ -166,6 +172,20 @@ def cell_dir(corpus: str, n: int | str, model: str, regime: str, seed: int | str
     return f"{RESULTS}/fedsumm/{corpus}/n{n}/{model}/{regime}/seed~{seed}"
 
 
+def sigma_tag(sigma: float | str) -> str:
+    """σ in a folder name: ``format(σ, 'g')`` (1.0 → ``1``, 0.5 → ``0.5``)."""
+    return format(float(sigma), "g")
+
+
+def dp_cell_dir(
+    corpus: str, n: int | str, model: str, regime: str, sigma: float | str, seed: int | str
+) -> str:
+    """A cell of ``fedsumm_dp_tradeoff``: DP on, noise multiplier σ (its ``{regime}-dp`` folder
+    keeps it apart from the tables' cell of the same regime)."""
+    tag = sigma if isinstance(sigma, str) and sigma.startswith("{") else sigma_tag(sigma)
+    return f"{RESULTS}/fedsumm/{corpus}/n{n}/{model}/{regime}-dp/sigma~{tag}/seed~{seed}"
+
+
 def row_outputs(kind: str) -> list[str]:
     """Output patterns of a row job (wildcards fs_corpus, fs_n, fs_model, seed)."""
     return [
@@ -183,6 +203,85 @@ def row_clients_constraint(config: dict, kind: str) -> str:
         return str(n)
     others = [str(k) for k in figure5_settings(config)[1] if k != n]
     return "|".join(others) if others else "(?!)"
+
+
+def dp_settings(config: dict) -> DPSettings:
+    return DPSettings.from_config(fedsumm_cfg(config).get("dp"))
+
+
+def dp_tradeoff_settings(config: dict) -> dict:
+    """``fedsumm.dp_tradeoff``: corpus, model, regimes and the noise multipliers σ of the
+    ROUGE-vs-ε target (each σ checked with the rest of ``fedsumm.dp``)."""
+    t = dict(fedsumm_cfg(config).get("dp_tradeoff") or {})
+    key = "fedsumm.dp_tradeoff"
+    out = {
+        "corpus": t.get("corpus", "csl"),
+        "model": t.get("model", "ct"),
+        "regimes": list(t.get("regimes", ["FedSUMM"])),
+        "noise_multipliers": [float(s) for s in t.get("noise_multipliers", [0.5, 1.0])],
+    }
+    bad = [x for x in out["noise_multipliers"] if not x > 0]
+    if bad:
+        raise InputError(f"config key {key}.noise_multipliers: σ must be > 0, got {bad}")
+    if out["corpus"] not in available_corpora(config):
+        raise InputError(
+            f"config key {key}.corpus = {out['corpus']!r} has no data "
+            f"({corpus_status(config, out['corpus']) or 'not in partitions.fedsumm.corpora'})"
+        )
+    if out["model"] not in MODELS:
+        raise InputError(f"config key {key}.model: must be one of {MODELS}, got {out['model']!r}")
+    if not out["noise_multipliers"]:
+        raise InputError(f"config key {key}.noise_multipliers: give at least one σ")
+    tags = [sigma_tag(x) for x in out["noise_multipliers"]]
+    if len(set(tags)) != len(tags):
+        raise InputError(f"config key {key}.noise_multipliers: {tags} repeat a value")
+    base = fedsumm_cfg(config).get("dp") or {}
+    m = (fedsumm_cfg(config).get("algorithm") or {}).get("clients_per_round") or table_clients(config)
+    for regime in out["regimes"]:
+        for x in out["noise_multipliers"]:
+            _dp_block(base, regime, x, m, key=f"{key}.noise_multipliers")
+    return out
+
+
+def _dp_block(base: dict, regime: str, sigma: float | None, clients_per_round: int,
+              key: str = "fedsumm.dp") -> dict:
+    """The cell's ``dp``: ``fedsumm.dp`` checked, on for this regime when σ is given (a tradeoff
+    cell), else as configured."""
+    raw = dict(base)
+    if sigma is not None:
+        raw.update(enabled=True, noise_multiplier=float(sigma), regimes=[regime])
+    try:
+        dp = DPSettings.from_config(raw)
+        if dp.enabled and regime in dp.regimes:
+            dp.check(int(clients_per_round))
+    except InputError as err:
+        if sigma is None:
+            raise
+        raise InputError(f"{key}: σ = {sigma}: {err}") from None
+    out = dp.as_dict()
+    out["enabled"] = dp.enabled and regime in dp.regimes
+    return out
+
+
+def dp_row_outputs(config: dict) -> list[str]:
+    """Output patterns of a ``fedsumm_dp_row`` job (wildcards fs_corpus, fs_n, fs_model, fs_regime,
+    seed): every σ of the tradeoff."""
+    sigmas = (fedsumm_cfg(config).get("dp_tradeoff") or {}).get("noise_multipliers", [0.5, 1.0])
+    return [
+        f"{dp_cell_dir('{fs_corpus}', '{fs_n}', '{fs_model}', '{fs_regime}', s, '{seed}')}/{name}"
+        for s in sigmas
+        for name in CELL_FILES
+    ]
+
+
+def dp_row_cells(
+    config: dict, corpus: str, n: int | str, model: str, regime: str, seed: int | str
+) -> list[dict]:
+    """The DP cells one ``fedsumm_dp_row`` job trains and evaluates, one per σ."""
+    return [
+        make_cell(config, corpus, n, model, regime, seed, dp_sigma=s)
+        for s in dp_tradeoff_settings(config)["noise_multipliers"]
+    ]
 
 
 def backbone_inputs(config: dict) -> list[str]:
@@ -212,7 +311,14 @@ def target_cells(config: dict, target: str) -> list[str]:
         raise InputError(f"unknown FedSUMM target {target!r}; known: {sorted(TARGETS)}")
     n = table_clients(config)
     out: list[str] = []
-    if target in ("table1", "figure3", "figure4", "figure6"):
+    if target == "dp_tradeoff":
+        t = dp_tradeoff_settings(config)
+        for r in t["regimes"]:
+            for s in seeds(config):
+                out.append(cell_dir(t["corpus"], n, t["model"], r, s))  # no DP: ε = ∞
+                out += [dp_cell_dir(t["corpus"], n, t["model"], r, x, s)
+                        for x in t["noise_multipliers"]]
+    elif target in ("table1", "figure3", "figure4", "figure6"):
         regimes = ("FedAvg", "FedSUMM") if target == "figure6" else REGIMES
         out = [
             cell_dir(c, n, m, r, s)
@@ -248,11 +354,18 @@ def all_cells(config: dict) -> list[str]:
 
 
 def make_cell(
-    config: dict, corpus: str, n: int | str, model: str, regime: str, seed: int | str
+    config: dict,
+    corpus: str,
+    n: int | str,
+    model: str,
+    regime: str,
+    seed: int | str,
+    dp_sigma: float | str | None = None,
 ) -> dict:
     """The full, JSON-able description of one FedSUMM cell (what its config hash covers); a
     rehearsal's cell also carries ``rehearsal`` (:func:`fedrepro.grid.rehearsal_cell`), a normal
-    cell has no such key."""
+    cell has no such key.  ``dp_sigma``: a ``fedsumm_dp_tradeoff`` cell (DP on with that σ, in
+    :func:`dp_cell_dir`)."""
     f = fedsumm_cfg(config)
     n = int(n)
     if model not in MODELS:
@@ -264,13 +377,12 @@ def make_cell(
     clients = client_names(corpus, n)
     train = dict(f["train"])
     algorithm = dict(f.get("algorithm") or {})
-    dp = {
-        "enabled": False,
-        "noise_multiplier": 1.0,
-        "regimes": ["FedSUMM"],
-        **dict(f.get("dp") or {}),
-    }
-    dp["enabled"] = bool(dp["enabled"]) and regime in dp["regimes"]
+    dp = _dp_block(
+        dict(f.get("dp") or {}),
+        regime,
+        None if dp_sigma is None else float(dp_sigma),
+        algorithm.get("clients_per_round") or n,
+    )
     ct = dict(f["copy_transformer"])
     bb = backbone_settings(config)
     limit = int(ct.get("max_positions", 1024))
@@ -320,7 +432,9 @@ def make_cell(
         },
         "keep_round_checkpoints": bool(f.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(f.get("round_timeout_s", 3600)),
-        "out_dir": cell_dir(corpus, n, model, regime, seed),
+        "out_dir": cell_dir(corpus, n, model, regime, seed)
+        if dp_sigma is None
+        else dp_cell_dir(corpus, n, model, regime, dp_sigma, seed),
         **rehearsal_cell(config),
     }
 

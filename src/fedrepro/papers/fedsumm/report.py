@@ -13,6 +13,8 @@
   Figure 5: (a) ROUGE-L of the global model after every round on ``fedsumm.figure5.corpus``;
   (b) final ROUGE-L vs the number of clients N.  Figure 6: the mean discrepancy ratio ρ over the
   round's clients, FedAvg vs FedSUMM.  Every figure writes the plotted numbers as CSV.
+* ``dp_tradeoff`` (ours): ROUGE vs ε for a few noise multipliers, and the private clip norm per
+  round (:func:`dp_tradeoff`).
 """
 
 from __future__ import annotations
@@ -511,6 +513,106 @@ def figure6(rounds: pd.DataFrame, out, scale: str) -> pd.DataFrame:
     return data
 
 
+def dp_tradeoff(log_paths: Iterable[str | os.PathLike], out, scale: str) -> pd.DataFrame:
+    """``fedsumm_dp_tradeoff`` (ours, not in the paper): (a) final ROUGE-1/2/L F1 against ε after
+    the last round, one point per noise multiplier σ, the cell without DP as a dashed line
+    (ε = ∞); (b) the clip norm C_t of every round (the private estimate) beside the true median of
+    the round's update norms (a diagnostic that only the log sees).  The CSV holds both panels:
+    panel ``a`` one row per cell, panel ``b`` one row per (cell, round) with ε after that round."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _plt()
+    rows, per_round = [], []
+    for path in log_paths:
+        meta = read_json(Path(path).parent / "scores.json")
+        entries = read_json(path)["rounds"]
+        key = {
+            "corpus": meta["corpus"],
+            "n": int(meta["num_clients"]),
+            "model": meta["model"],
+            "regime": meta["regime"],
+            "seed": int(meta["seed"]),
+        }
+        dps = [e.get("dp") for e in entries]
+        if any(d is None for d in dps) and not all(d is None for d in dps):
+            raise InputError(f"{path}: some rounds have a dp entry and some do not")
+        last = dps[-1] if dps and dps[-1] is not None else None
+        if last is not None and last.get("epsilon") is None:
+            raise InputError(
+                f"{path}: a DP cell without ε (clipping {last.get('clipping')!r} has no guarantee); "
+                "the tradeoff needs fedsumm.dp.clipping: adaptive"
+            )
+        rows.append(
+            {
+                "panel": "a",
+                **key,
+                "dp": last is not None,
+                "noise_multiplier": last["noise_multiplier"] if last else np.nan,
+                "update_noise_multiplier": last.get("update_noise_multiplier", np.nan) if last else np.nan,
+                "delta": last["delta"] if last else np.nan,
+                "sampling_rate": last["sampling_rate"] if last else np.nan,
+                "rounds": len(entries),
+                "epsilon": last["epsilon"] if last else np.inf,
+                "final_clip_norm": last["clip_norm"] if last else np.nan,
+                **{m: float(meta[m]) for m in METRICS},
+            }
+        )
+        for e, d in zip(entries, dps):
+            if d is not None:
+                per_round.append(
+                    {
+                        "panel": "b",
+                        **key,
+                        "dp": True,
+                        "noise_multiplier": d["noise_multiplier"],
+                        "round": int(e["round"]),
+                        "epsilon": d["epsilon"],
+                        "clip_norm": d["clip_norm"],
+                        "median_norm": d.get("median_norm", float(np.median(d["norms"]))),
+                        "num_clipped": d["num_clipped"],
+                    }
+                )
+    a = pd.DataFrame(rows)
+    b = pd.DataFrame(per_round)
+    if a.empty or not a.dp.any():
+        raise InputError("fedsumm_dp_tradeoff: no DP cell among the inputs")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8.4, 3.3))
+    dp_cells = a[a.dp].groupby("noise_multiplier")
+    mean = dp_cells[["epsilon", *METRICS]].mean().reset_index().sort_values("epsilon")
+    for (m, label), color in zip(METRICS.items(), ("C0", "C1", "C2")):
+        ax1.plot(mean.epsilon, mean[m], marker="o", color=color, label=label)
+        ref = a[~a.dp][m].mean()
+        if np.isfinite(ref):
+            ax1.axhline(ref, color=color, linestyle="--", linewidth=0.8)
+    for _, r in mean.iterrows():
+        ax1.annotate(f"σ={r.noise_multiplier:g}", (r.epsilon, r.rougeL), fontsize=6,
+                     textcoords="offset points", xytext=(3, 3))
+    ax1.set_xscale("log")
+    ax1.set(xlabel=f"ε after the last round (δ = {a[a.dp].delta.iloc[0]:g})",
+            ylabel="ROUGE F1 (dashed: no DP)")
+    ax1.legend(fontsize=6)
+    for i, (sigma, d) in enumerate(b.groupby("noise_multiplier")):
+        d = d.groupby("round")[["clip_norm", "median_norm"]].mean().reset_index()
+        ax2.plot(d["round"], d.clip_norm, marker="o", markersize=3, color=f"C{i}",
+                 label=f"C_t, σ={sigma:g}")
+        ax2.plot(d["round"], d.median_norm, linestyle=":", color=f"C{i}",
+                 label=f"median ζ, σ={sigma:g}")
+    ax2.set(xlabel="communication round", ylabel="update norm: C_t (private) vs median")
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax2.legend(fontsize=5)
+    k = a.iloc[0]
+    fig.suptitle(
+        ("DEMO SCALE — " if scale == "demo" else "")
+        + f"FedSUMM + DP (ours): ROUGE vs ε, {CORPUS_NAMES.get(k.corpus, k.corpus)}, "
+        f"{MODEL_NAMES.get(k.model, k.model)}, N = {k.n}",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    data = pd.concat([a, b], ignore_index=True)
+    _save(fig, data, out)
+    return data
+
+
 TITLES = {
     "table1": "FedSUMM Table I: character ROUGE F1, {n} clients (paper: 50), ours vs. paper",
     "table2": "FedSUMM Table II: ROUGE-L F1 of the copy-distribution ablation, {n} clients (paper: 50)",
@@ -543,4 +645,6 @@ def build(
         return figure5(rounds, scores, report, outputs, scale)
     if target == "figure6":
         return figure6(rounds, outputs, scale)
+    if target == "dp_tradeoff":
+        return dp_tradeoff(inputs.get("logs", []), outputs, scale)
     raise InputError(f"unknown FedSUMM target {target!r}")

@@ -36,12 +36,20 @@ it returns.  Around this strategy that composition is wrong twice: (1) the inner
 its round checkpoint inside ``aggregate_train``, so the checkpoint would hold the noise-free
 aggregate and a resumed run would continue from a model the uninterrupted run never had; (2) with
 the gradient adapter the update FedSUMM aggregates is the *modulated* ``w^c − g̃^c − w_t``, which
-only exists inside the server procedure, not in the replies a wrapper sees.  So the same pure
-function (:func:`~fedrepro.fl.dp.dp_median_clip_mean`: clip each update to the median norm M,
-N(0, M²σ²) on the sum, divide by m) is the aggregation step of ``server_round`` here; its noise
-comes from a ``torch.Generator`` seeded by (cell seed, round), so a resumed run draws the same
-noise.  ``fedsumm.dp.enabled`` / ``noise_multiplier`` / ``regimes`` switch it; M, σ, M·σ, M·σ/m,
-the number clipped and every ζ^k go into the round log (``dp``) and the round's metrics.
+only exists inside the server procedure, not in the replies a wrapper sees.  So a pure function is
+the aggregation step of ``server_round`` here, its noise from a ``torch.Generator`` seeded by (cell
+seed, round), so a resumed run draws the same noise:
+
+* ``fedsumm.dp.clipping: adaptive`` (default): :func:`~fedrepro.fl.dp.dp_adaptive_clip_mean`, the
+  private median of Andrew et al. (clip at C_t, noisy count of the unclipped updates, geometric step
+  to C_{t+1}).  C_{t+1} is in the round log (``dp.next_clip_norm``), which is where a resumed run
+  reads it back; C_1 = ``initial_clip_norm``;
+* ``round_median``: :func:`~fedrepro.fl.dp.dp_median_clip_mean` (eq. 9 literally; no guarantee).
+
+ε after every round (:func:`fedrepro.fl.privacy.epsilon_per_round`: σ, δ, q = clients per round / N,
+the round) goes into the round log (``dp.epsilon``) and metrics (``dp-epsilon``) beside C_t, σ, z_Δ,
+the noise std and the number clipped; the task's ``before_cleanup`` puts the whole accounting in
+the cell's provenance.  ``fedsumm.dp.enabled`` / ``regimes`` switch it on.
 """
 
 from __future__ import annotations
@@ -66,7 +74,9 @@ from fedrepro.papers.fedsumm.algorithm import (
     state_names,
 )
 from fedrepro.data.seq2seq import derive_seed
-from fedrepro.fl.dp import METRIC_KEYS, dp_median_clip_mean
+from fedrepro.fl.checkpoint import checkpoint_paths
+from fedrepro.fl.dp import ADAPTIVE_METRIC_KEYS, METRIC_KEYS, dp_adaptive_clip_mean, dp_median_clip_mean
+from fedrepro.fl.privacy import DPSettings, epsilon_per_round
 from fedrepro.papers.fedsumm.task import (
     GUIDANCE_ARRAYS,
     GUIDANCE_CONFIG,
@@ -75,7 +85,7 @@ from fedrepro.papers.fedsumm.task import (
     pool_evaluation,
 )
 from fedrepro.fl.strategy import SortedCheckpointFedAvg, payload_bytes
-from fedrepro.io import InputError, atomic_path, write_json_atomic
+from fedrepro.io import InputError, atomic_path, read_json, write_json_atomic
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -174,9 +184,19 @@ class FedSummStrategy(SortedCheckpointFedAvg):
             state=self.server_state,
             state_dir=server_state_dir(self.out_dir),
         )
-        dp = cell.get("dp") or {}
-        self.dp_enabled = bool(dp.get("enabled", False))
-        self.noise_multiplier = float(dp.get("noise_multiplier", 0.0))
+        self.dp = DPSettings.from_config(cell.get("dp"), key="cell dp")
+        self.dp_enabled = self.dp.enabled and self.regime in self.dp.regimes
+        self._clip_norm = self.dp.initial_clip_norm  # C_t of adaptive clipping (round 1: C_1)
+        self._epsilons: list[float | None] = []
+        if self.dp_enabled:
+            m = self.algorithm.clients_per_round or len(self.clients)
+            self._epsilons = epsilon_per_round(
+                self.dp, int(cell["train"]["rounds"]), m, len(self.clients)
+            )
+            if self.round_offset > 0 and self.dp.clipping == "adaptive":
+                # C_{t+1} of the last finished round, as that round computed it (same bits)
+                last = read_json(checkpoint_paths(self.out_dir, self.round_offset)[1])
+                self._clip_norm = float(last["dp"]["next_clip_norm"])
         if self.round_offset > 0:
             path = server_state_path(self.out_dir, self.round_offset)
             if not path.exists():
@@ -241,13 +261,24 @@ class FedSummStrategy(SortedCheckpointFedAvg):
 
     # -- Algorithm 1's server round -------------------------------------------------------------
     def _aggregate_fn(self, absolute_round: int):
-        if not (self.dp_enabled and self.regime in self.cell["dp"].get("regimes", ("FedSUMM",))):
+        if not self.dp_enabled:
             return plain_mean
         generator = torch.Generator().manual_seed(
             derive_seed(self.seed, "fedsumm-dp", absolute_round)
         )
+        if self.dp.clipping == "round_median":
+            return functools.partial(
+                dp_median_clip_mean, noise_multiplier=self.dp.noise_multiplier, generator=generator
+            )
+        m = self.algorithm.clients_per_round or len(self.clients)
         return functools.partial(
-            dp_median_clip_mean, noise_multiplier=self.noise_multiplier, generator=generator
+            dp_adaptive_clip_mean,
+            clip_norm=self._clip_norm,
+            noise_multiplier=self.dp.noise_multiplier,
+            clipped_count_stddev=self.dp.count_stddev(m),
+            target_quantile=self.dp.target_quantile,
+            clip_norm_lr=self.dp.clip_norm_lr,
+            generator=generator,
         )
 
     def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
@@ -292,8 +323,19 @@ class FedSummStrategy(SortedCheckpointFedAvg):
             "train-loss": sum(r.loss for r in client_replies.values()) / len(client_replies),
         }
         info = log.get("aggregate") or {}
-        if "clip_norm" in info:
-            metrics.update({metric: float(info[key]) for key, metric in METRIC_KEYS.items()})
+        if self.dp_enabled:
+            info["epsilon"] = self._epsilons[absolute_round - 1]  # after rounds 1..t
+            info["delta"] = self.dp.delta
+            info["sampling_rate"] = len(client_replies) / len(self.clients)
+            if "next_clip_norm" in info:
+                self._clip_norm = float(info["next_clip_norm"])
+            metrics.update(
+                {
+                    metric: float(info[key])
+                    for key, metric in {**METRIC_KEYS, **ADAPTIVE_METRIC_KEYS}.items()
+                    if info.get(key) is not None
+                }
+            )
         return self._new_arrays, MetricRecord(metrics)
 
     # -- per-round log: ρ, DP, step losses, evaluation on every client ---------------------------

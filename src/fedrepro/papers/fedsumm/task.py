@@ -651,6 +651,44 @@ def parameter_report(cell: dict) -> dict:
     }
 
 
+def dp_caveat(cell: Mapping) -> str | None:
+    """Where the accounting's premise -- each client's clipped update is a function of its own
+    data and of released models only -- does not hold exactly for this cell (None: it holds)."""
+    algorithm = FedSummConfig.from_config(cell.get("algorithm"))
+    if cell["regime"] != "FedSUMM" or algorithm.epsilon == 0:  # ε = 0: the adapter is the identity
+        return None
+    reasons = []
+    if algorithm.memory_assignment == "rank":
+        reasons.append("memory_assignment rank adds another client's unclipped memory gradient to "
+                       "client c's update")
+    if algorithm.rho_reference == "round_mean":
+        reasons.append("rho_reference round_mean makes rho_c (the scale 1 + eps*rho_c of client c's "
+                       "update, and the rho_c sent to client c) depend on the other clients' "
+                       "unreleased models")
+    if not reasons:
+        return None
+    return ("epsilon assumes per-client sensitivity C_t, which FedSUMM's adapter weakens here: "
+            + "; ".join(reasons) + " (docs/decisions-fedsumm.md, Differential privacy)")
+
+
+def before_cleanup(cell: dict) -> dict:
+    """The privacy accounting of a DP cell for its provenance (``dp``): the settings, ε after every
+    round (:func:`fedrepro.fl.privacy.accounting_report`) and the clip norm of every round; {} for
+    a cell without DP."""
+    from fedrepro.fl.checkpoint import round_log
+    from fedrepro.fl.privacy import DPSettings, accounting_report
+
+    dp = DPSettings.from_config(cell.get("dp"), key="cell dp")
+    if not (is_federated(cell) and dp.enabled and cell["regime"] in dp.regimes):
+        return {}
+    rounds = int(cell["train"]["rounds"])
+    m = FedSummConfig.from_config(cell.get("algorithm")).clients_per_round or len(cell["clients"])
+    report = accounting_report(dp, rounds, m, len(cell["clients"]))
+    report["clip_norm_per_round"] = [e["dp"]["clip_norm"] for e in round_log(cell["out_dir"], rounds)]
+    report["caveat"] = dp_caveat(cell)
+    return {"dp": report}
+
+
 EVALUATED_MODEL = {
     "single": "the model trained on the first client's data",
     "all": "the model trained on the pooled data of the N clients",
