@@ -73,6 +73,9 @@ rule dataset_stats:
         "../workflow_scripts/dataset_stats.py"
 
 
+from fedrepro.data.oracle import LABEL_SENTENCES, SHORT_SENTENCE_TOKENS
+
+
 rule oracle_labels:
     input:
         "results/data/{source}/records.jsonl",
@@ -81,7 +84,9 @@ rule oracle_labels:
     wildcard_constraints:
         source="cnndm|pubmed|wikihow|reddit_tifu",
     params:
-        max_sentences=lambda wildcards: config["partitions"]["fedsum"]["oracle_sentences"][wildcards.source],
+        # BertSum's oracle: label count (summary_size) and short-sentence filter (min_src_ntokens)
+        label_sentences=lambda wildcards: config["partitions"]["fedsum"].get("label_sentences", {}).get(wildcards.source, LABEL_SENTENCES),
+        short_sentence_tokens=config["partitions"]["fedsum"].get("short_sentence_tokens", SHORT_SENTENCE_TOKENS),
     log:
         "logs/oracle_labels/{source}.log",
     conda:

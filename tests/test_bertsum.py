@@ -367,3 +367,36 @@ def test_prepare_bert_backbone_shape(tmp_path, monkeypatch):
     assert len(tok) == model.representation.encoder.config.vocab_size == 30522
     assert (tok.pad_token_id, tok.cls_token_id, tok.sep_token_id) == (0, 101, 102)
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+
+
+def test_encode_records_drops_short_sentences_and_reports_original_positions(word_tokenizer):
+    """BertSum's short-sentence filter (issue 14, item 4): sentences of at most
+    ``short_sentence_tokens`` tokens leave the model's input, labels follow, and selections come
+    back as indices of ``meta.sentences``."""
+    sents = [
+        "the cat sat on the mat .",  # 7 tokens
+        "a big red ball .",  # 5: dropped at 5
+        "the dog ran far away .",  # 6
+        "the cat ran .",  # 4: dropped
+        "a big dog sat on the mat .",  # 8
+    ]
+    rec = {"id": "d", "input": " ".join(sents), "target": "the cat", "meta": {"sentences": sents}}
+    oracle = {"d": {"sentences": sents, "labels": [1, 0, 0, 0, 1]}}
+    (doc,) = encode_records([rec], word_tokenizer, oracle, max_tokens=128, short_sentence_tokens=5)
+    assert doc.sentences == [sents[0], sents[2], sents[4]]
+    assert doc.positions == [0, 2, 4] and doc.labels == [1, 0, 1]
+    assert len(doc.cls_positions) == 3
+    (unfiltered,) = encode_records([rec], word_tokenizer, oracle, max_tokens=128)
+    assert unfiltered.positions == [0, 1, 2, 3, 4] and unfiltered.labels == [1, 0, 0, 0, 1]
+    stale = {"d": {"sentences": sents, "labels": [0, 1, 0, 0, 0]}}  # a label on a dropped one
+    with pytest.raises(InputError, match="short_sentence_tokens"):
+        encode_records([rec], word_tokenizer, stale, short_sentence_tokens=5)
+
+    class Scores(torch.nn.Module):  # prefers the last kept sentence, then the first
+        def forward(self, batch):
+            return torch.tensor([[0.5, 0.1, 0.9]])
+
+    (pred,) = predict_extractive(Scores(), [collate([doc])], n=2, block_trigrams=False)
+    assert pred["selected"] == [4, 0]  # meta.sentences indices, in selection order
+    assert pred["sentences"] == [sents[4], sents[0]]
+    assert pred["summary"] == f"{sents[4]} {sents[0]}"

@@ -41,4 +41,11 @@ def _semantic_checks(config: dict) -> list[str]:
         bb = (config.get("backbones") or {}).get(name) or {}
         if bb.get("kind") == "tiny" and "tiny" not in bb:
             out.append(f"config key backbones.{name}.tiny: required when kind is 'tiny'")
+    fedsum_parts = (config.get("partitions") or {}).get("fedsum")
+    if isinstance(fedsum_parts, dict) and "oracle_sentences" in fedsum_parts:
+        out.append(
+            "config key partitions.fedsum.oracle_sentences: renamed -- the test-time count is "
+            "partitions.fedsum.extract_sentences, the oracle label count "
+            "partitions.fedsum.label_sentences (BertSum's 3)"
+        )
     return out

@@ -21,6 +21,7 @@ kept, as are letters and digits of every script.  Nothing is lower-cased or norm
 
 from __future__ import annotations
 
+import functools
 import string
 import unicodedata
 
@@ -177,20 +178,165 @@ def rouge_scores(
 ROUGE_MEASURES = ("f1", "recall")
 """The measures of :func:`rouge_f1_recall` (FedSum reports R-F and R-R)."""
 
+ROUGE_SCORERS = ("rouge", "rouge-score")
+"""Scorers of :func:`rouge_f1_recall`: ``rouge`` -- the ``rouge`` package (pltrdy, 1.0.1), as the
+FedSum authors score (:func:`rouge_package_f1_recall`); ``rouge-score`` -- Google's
+``rouge_score`` with the Porter stemmer (:func:`rouge_scores`)."""
 
-def rouge_f1_recall(predictions: list[str], references: list[str], lang: str = "en") -> dict:
-    """ROUGE-1/2/L F1 *and* recall in percent (FedSum §5.1: "R-F(1/2/L)" and "R-R(1/2/L)").
+SENTENCE_JOIN = "<q>"
+"""How BertSum (and the FedSum authors' code) joins the sentences of a summary before scoring."""
 
-    Same tokenisation, validation and macro averaging over examples as :func:`rouge_scores`
-    (whose F1 values these are); the recall is ``rouge_score``'s ``.recall`` (overlap / reference
-    n-grams; for ROUGE-L, LCS / reference length).
+_QUOTES = str.maketrans({"‘": "'", "’": "'", "‚": "'", "“": '"', "”": '"', "„": '"'})
+
+
+def _sentences(item, name: str, i: int) -> list[str]:
+    """A summary as a list of sentences (a string is one sentence)."""
+    if isinstance(item, str):
+        return [item]
+    if isinstance(item, (list, tuple)) and all(isinstance(s, str) for s in item):
+        return list(item)
+    raise ValueError(f"{name}[{i}] is {type(item).__name__}, expected str or a list of str")
+
+
+def ptb_tokens(sentence: str) -> list[str]:
+    """Penn-Treebank tokens of one sentence (NLTK's ``TreebankWordTokenizer``, after mapping
+    curly quotes to ASCII): the approximation of the CoreNLP tokenisation BertSum's data went
+    through (``don't`` → ``do n't``, ``club's`` → ``club 's``, punctuation split off)."""
+    return _treebank().tokenize(sentence.translate(_QUOTES))
+
+
+@functools.lru_cache(maxsize=1)
+def _treebank():
+    from nltk.tokenize.treebank import TreebankWordTokenizer
+
+    return TreebankWordTokenizer()
+
+
+def paper_text(sentences: list[str], lowercase: bool = True, tokenize: bool = True) -> str:
+    """A summary as the FedSum authors' scorer reads it: each sentence PTB-tokenised
+    (:func:`ptb_tokens`) and lower-cased, as BertSum's preprocessing leaves its text, then the
+    sentences joined by ``<q>`` (BertSum's ``'<q>'.join``).  Empty sentences are dropped."""
+    out = []
+    for s in sentences:
+        text = " ".join(ptb_tokens(s)) if tokenize else " ".join(s.split())
+        text = text.lower() if lowercase else text
+        if text:
+            out.append(text)
+    return SENTENCE_JOIN.join(out)
+
+
+class _RecursionLimit:
+    """The package's LCS reconstruction recurses once per token pair; the FedSum code raises
+    Python's limit to 10,000 (``sys.setrecursionlimit(10000)`` in ``tool/utils.py``)."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+
+    def __enter__(self):
+        import sys
+
+        self.before = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(self.before, self.limit))
+
+    def __exit__(self, *exc):
+        import sys
+
+        sys.setrecursionlimit(self.before)
+
+
+def rouge_package_f1_recall(
+    predictions, references, lowercase: bool = True, tokenize: bool = True
+) -> dict:
+    """ROUGE-1/2/L F1 and recall (%) with the ``rouge`` package (pltrdy ``rouge==1.0.1``), as the
+    FedSum authors compute them (``tool/utils.py``: ``Rouge().get_scores(candidates, references,
+    avg=True, ignore_empty=True)`` on BertSum's text).
+
+    What that means, all of it the package's or BertSum's, none of it ours:
+
+    * no stemming, no stop words; the text is what :func:`paper_text` makes of the sentences
+      (PTB tokens, lower-cased -- BertSum's preprocessing -- joined by ``<q>``);
+    * the package splits a summary into "sentences" at every ``.`` and into words at every
+      space, so ``<q>`` stays glued to the next sentence's first word (``<q>the``) on both sides,
+      exactly as in the authors' evaluation;
+    * ROUGE-N counts *distinct* n-grams (sets, the package's default ``exclusive=True``); F =
+      2PR / (P + R + 1e-8); ROUGE-L is the summary-level union LCS over those sentences;
+    * the macro average over documents (``avg=True``).  A pair with an empty side scores 0 (the
+      package raises; the authors drop such pairs with ``ignore_empty`` -- a selection is never
+      empty here).
 
     Parameters
     ----------
-    predictions, references : list of str
-        Aligned system outputs and gold summaries (one reference per example).
+    predictions, references : list of (str or list of str)
+        Aligned summaries; each a list of its sentences (a string counts as one sentence).
+    lowercase, tokenize : bool, default True
+        :func:`paper_text`'s lower-casing and PTB tokenisation (``False`` scores the text as
+        given, whitespace collapsed).
+
+    Returns
+    -------
+    dict
+        As :func:`rouge_f1_recall`.
+    """
+    from rouge import Rouge
+
+    predictions, references = list(predictions), list(references)
+    if len(predictions) != len(references):
+        raise ValueError(
+            f"predictions and references must have the same length, got {len(predictions)} "
+            f"predictions and {len(references)} references"
+        )
+    if not predictions:
+        raise ValueError("predictions and references are empty; need at least one example")
+    rouge = Rouge()
+    keys = {"rouge1": "rouge-1", "rouge2": "rouge-2", "rougeL": "rouge-l"}
+    per = {f"{t}_{m}": [] for t in ROUGE_TYPES for m in ROUGE_MEASURES}
+    with _RecursionLimit():
+        for i, (pred, ref) in enumerate(zip(predictions, references, strict=True)):
+            hyp = paper_text(_sentences(pred, "predictions", i), lowercase, tokenize)
+            gold = paper_text(_sentences(ref, "references", i), lowercase, tokenize)
+            if not any(p for p in hyp.split(".")) or not any(p for p in gold.split(".")):
+                scores = {k: {"f": 0.0, "r": 0.0} for k in keys.values()}
+            else:
+                scores = rouge.get_scores(hyp, gold)[0]
+            for t, k in keys.items():
+                per[f"{t}_f1"].append(float(scores[k]["f"]) * 100.0)
+                per[f"{t}_recall"].append(float(scores[k]["r"]) * 100.0)
+    out: dict = {k: float(np.mean(v)) for k, v in per.items()}
+    out["n"] = len(predictions)
+    return out
+
+
+def scorer_version(scorer: str) -> str:
+    """``<scorer> <installed version>`` (for the records and the table captions)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if scorer not in ROUGE_SCORERS:
+        raise ValueError(f"ROUGE scorer must be one of {ROUGE_SCORERS}, got {scorer!r}")
+    try:
+        return f"{scorer} {version(scorer)}"
+    except PackageNotFoundError:
+        return scorer
+
+
+def rouge_f1_recall(
+    predictions, references, lang: str = "en", scorer: str = "rouge-score"
+) -> dict:
+    """ROUGE-1/2/L F1 *and* recall in percent (FedSum §5.1: "R-F(1/2/L)" and "R-R(1/2/L)").
+
+    ``scorer="rouge-score"``: same tokenisation, validation and macro averaging over examples as
+    :func:`rouge_scores` (whose F1 values these are); the recall is ``rouge_score``'s ``.recall``
+    (overlap / reference n-grams; for ROUGE-L, LCS / reference length).  ``scorer="rouge"``: the
+    FedSum authors' scorer, :func:`rouge_package_f1_recall`.
+
+    Parameters
+    ----------
+    predictions, references : list of str (or of lists of sentences)
+        Aligned system outputs and gold summaries (one reference per example).  A list of
+        sentences is joined by spaces for ``rouge-score`` and by ``<q>`` for ``rouge``.
     lang : {"en", "zh"}, default "en"
-        As in :func:`rouge_scores`.
+        As in :func:`rouge_scores` (``rouge``: English only).
+    scorer : {"rouge-score", "rouge"}, default "rouge-score"
+        See :data:`ROUGE_SCORERS`.
 
     Returns
     -------
@@ -201,13 +347,27 @@ def rouge_f1_recall(predictions: list[str], references: list[str], lang: str = "
     Raises
     ------
     ValueError
-        As :func:`rouge_scores`.
+        As :func:`rouge_scores`; an unknown scorer; ``rouge`` with ``lang="zh"``.
     """
+    if scorer not in ROUGE_SCORERS:
+        raise ValueError(f"ROUGE scorer must be one of {ROUGE_SCORERS}, got {scorer!r}")
+    if scorer == "rouge":
+        if lang != "en":
+            raise ValueError(f"the rouge package scorer is English-only, got lang={lang!r}")
+        return rouge_package_f1_recall(predictions, references)
+    predictions = [
+        " ".join(_sentences(p, "predictions", i)) if not isinstance(p, str) else p
+        for i, p in enumerate(predictions)
+    ]
+    references = [
+        " ".join(_sentences(r, "references", i)) if not isinstance(r, str) else r
+        for i, r in enumerate(references)
+    ]
     predictions, references = _checked_pairs(predictions, references)
-    scorer = _scorer(lang)
+    rscorer = _scorer(lang)
     per = {f"{t}_{m}": [] for t in ROUGE_TYPES for m in ROUGE_MEASURES}
     for pred, ref in zip(predictions, references, strict=True):
-        scores = scorer.score(ref, pred)
+        scores = rscorer.score(ref, pred)
         for t in ROUGE_TYPES:
             per[f"{t}_f1"].append(float(scores[t].fmeasure) * 100.0)
             per[f"{t}_recall"].append(float(scores[t].recall) * 100.0)

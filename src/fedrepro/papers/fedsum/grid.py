@@ -46,6 +46,7 @@ TARGETS = {
 }
 SWEEP_DATASET = "cnndm"  # Table 3, Table 4, Fig. 3 and Fig. 5 are on CNN/DM
 ABLATION = ["FedAvg", "FedSum-depth", "FedSum"]  # Table 4's rows
+ROUGE_SCORERS = ("rouge", "rouge-score")  # fedrepro.metrics.rouge.ROUGE_SCORERS (not imported: fast parse)
 
 
 def fedsum_cfg(config: dict) -> dict:
@@ -172,6 +173,38 @@ def _need(config: dict, key: str, methods: list[str], target: str) -> None:
         raise InputError(f"fedsum_{target} needs {missing} in fedsum.{key}")
 
 
+# -- sentences and scoring ---------------------------------------------------------------------
+def extract_sentences(config: dict, dataset: str) -> int:
+    """n, the sentences BERTSUM extracts per test document (``partitions.fedsum.extract_sentences``;
+    the oracle's label count is ``label_sentences``, a separate number)."""
+    counts = _partitions(config).get("extract_sentences") or {}
+    if dataset not in counts:
+        raise InputError(
+            f"config key partitions.fedsum.extract_sentences has no count for {dataset!r} "
+            f"(sentences extracted per test document; the FedSum code: cnndm 3, pubmed 6, "
+            f"wikihow 4, reddit_tifu 3)"
+        )
+    return int(counts[dataset])
+
+
+def short_sentence_tokens(config: dict) -> int:
+    """BertSum's short-sentence filter (``partitions.fedsum.short_sentence_tokens``, default 5):
+    the same threshold drops sentences from the oracle labels and from the model's input."""
+    from fedrepro.data.oracle import SHORT_SENTENCE_TOKENS
+
+    return int(_partitions(config).get("short_sentence_tokens", SHORT_SENTENCE_TOKENS))
+
+
+def rouge_scorer(config: dict) -> str:
+    """``fedsum.eval.rouge_scorer``: ``rouge`` (the authors' scorer, default) or ``rouge-score``."""
+    name = (fedsum_cfg(config).get("eval") or {}).get("rouge_scorer", "rouge")
+    if name not in ROUGE_SCORERS:
+        raise InputError(
+            f"config key fedsum.eval.rouge_scorer must be one of {list(ROUGE_SCORERS)}, got {name!r}"
+        )
+    return name
+
+
 # -- cells and targets -------------------------------------------------------------------------
 def cell_dir(setting: str, method: str, seed: int | str) -> str:
     return f"{RESULTS}/fedsum/{setting}/{BACKBONE}/{method}/seed~{seed}"
@@ -289,7 +322,9 @@ def make_fedsum_cell(config: dict, setting: str, method_name: str, seed: int | s
         "eval_clients": names,
         "client_data": {c: f"{folder}/clients/{c}" for c in names},
         "test_file": f"{folder}/test.jsonl",
-        "extract_sentences": int(_partitions(config)["oracle_sentences"][s["dataset"]]),
+        "extract_sentences": extract_sentences(config, s["dataset"]),
+        "short_sentence_tokens": short_sentence_tokens(config),
+        "rouge_scorer": rouge_scorer(config),
         "block_trigrams": bool(f.get("block_trigrams", True)),
         "report_round": f.get("report_round", "best_rr1"),
         "train": train,

@@ -31,9 +31,12 @@ Choices the paper leaves open (all ours; also in ``docs/decisions-fedsum.md``)
 * **Truncation.**  Each sentence is cut to ``max_sentence_tokens`` word pieces (BertSum cuts to
   200 *words* per sentence at preprocessing), the sequence to ``max_tokens`` (512, BERT's limit)
   with a final ``[SEP]``, as BertSum's loader does (``src[:-1][:max_pos-1] + [SEP]``).  A sentence
-  is kept when its ``[CLS]`` survives the cut; the labels are cut to the kept sentences.  Unlike
-  BertSum's preprocessing, short sentences are *not* dropped, so the oracle labels computed on
-  ``meta.sentences`` stay aligned.
+  is kept when its ``[CLS]`` survives the cut; the labels are cut to the kept sentences.
+* **Short sentences.**  As BertSum's preprocessing (``min_src_ntokens``), :func:`encode_records`
+  drops the sentences of at most ``short_sentence_tokens`` whitespace tokens (the rule of
+  :func:`fedrepro.data.oracle.kept_sentences`, which also zeroes their oracle labels) from
+  training and test documents alike; every encoded sentence remembers its index in
+  ``meta.sentences`` (``positions``), and selections are reported in those indices.
 * **Loss.**  ℓ = binary cross entropy per sentence (BertSum's ``BCELoss(reduction="none")``),
   computed from the logits (``binary_cross_entropy_with_logits``: the same value, without the
   saturation of BCE on sigmoid outputs).  L_data = Σ_b Σ_c LM[b][c] / B (FedSum Alg. 2 line 7):
@@ -442,6 +445,7 @@ class EncodedDocument:
     labels: list[int]  # one per kept sentence (zeros when the document has no labels)
     sentences: list[str]  # the kept sentences
     target: str = ""
+    positions: list[int] | None = None  # index of each kept sentence in meta.sentences (None: 0, 1, …)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,6 +462,7 @@ class BertSumBatch:
     ids: tuple[str, ...]
     sentences: tuple[tuple[str, ...], ...]
     targets: tuple[str, ...]
+    positions: tuple[tuple[int, ...], ...] = ()  # per document, meta.sentences index per sentence
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -471,14 +476,20 @@ def encode_document(
     max_sentence_tokens: int | None = 200,
     doc_id: str = "",
     target: str = "",
+    positions: Sequence[int] | None = None,
 ) -> EncodedDocument:
     """``[CLS] s1 [SEP] [CLS] s2 [SEP] …`` with interval segments 0/1/0/…, truncated (module
-    docstring).  ``labels`` (0/1 per sentence) are cut to the kept sentences."""
+    docstring).  ``labels`` (0/1 per sentence) and ``positions`` (each sentence's index in the
+    record's ``meta.sentences``; default 0, 1, …) are cut to the kept sentences."""
     if not sentences:
         raise InputError(f"document {doc_id!r}: no sentences")
     if labels is not None and len(labels) != len(sentences):
         raise InputError(
             f"document {doc_id!r}: {len(labels)} labels for {len(sentences)} sentences"
+        )
+    if positions is not None and len(positions) != len(sentences):
+        raise InputError(
+            f"document {doc_id!r}: {len(positions)} positions for {len(sentences)} sentences"
         )
     if max_tokens < 3:
         raise InputError(f"max_tokens must be >= 3, got {max_tokens}")
@@ -506,6 +517,7 @@ def encode_document(
         labels=[int(x) for x in (labels[:kept] if labels is not None else [0] * kept)],
         sentences=list(sentences[:kept]),
         target=target,
+        positions=[int(p) for p in (positions[:kept] if positions is not None else range(kept))],
     )
 
 
@@ -540,6 +552,10 @@ def collate(docs: Sequence[EncodedDocument], pad_token_id: int = 0) -> BertSumBa
         ids=tuple(d.id for d in docs),
         sentences=tuple(tuple(d.sentences) for d in docs),
         targets=tuple(d.target for d in docs),
+        positions=tuple(
+            tuple(d.positions if d.positions is not None else range(len(d.sentences)))
+            for d in docs
+        ),
     )
 
 
@@ -556,19 +572,40 @@ def load_oracle_labels(path: str | os.PathLike) -> dict[str, dict]:
     return out
 
 
+REFERENCE_SENTENCE_KEYS = ("highlights", "abstract_sentences", "headline_sentences")
+"""``meta`` keys holding a record's reference summary as sentences (CNN/DM, PubMed, WikiHow)."""
+
+
+def reference_sentences(record: Mapping) -> list[str]:
+    """The reference summary as its sentences (``meta.highlights`` / ``abstract_sentences`` /
+    ``headline_sentences``), else the whole ``target`` as one (Reddit TIFU's one-line TL;DR)."""
+    meta = record.get("meta") or {}
+    for key in REFERENCE_SENTENCE_KEYS:
+        sents = meta.get(key)
+        if isinstance(sents, list) and any(isinstance(x, str) and x.strip() for x in sents):
+            return [x for x in sents if isinstance(x, str) and x.strip()]
+    return [str(record.get("target", ""))]
+
+
 def encode_records(
     records: Iterable[Mapping],
     tokenizer,
     oracle: Mapping[str, Mapping] | None = None,
     max_tokens: int = 512,
     max_sentence_tokens: int | None = 200,
+    short_sentence_tokens: int = 0,
 ) -> list[EncodedDocument]:
     """Encode normalized records ``{id, input, target, meta: {sentences}}``.
 
     ``oracle`` (from :func:`load_oracle_labels`) gives each record's labels; a record missing from
     it, or whose oracle sentences differ from ``meta.sentences`` (a stale oracle file), is an
     error naming the record.  Without ``oracle`` every label is 0 (test-time encoding).
+    ``short_sentence_tokens`` > 0 drops the sentences of at most that many tokens (BertSum's
+    ``min_src_ntokens``, :func:`fedrepro.data.oracle.kept_sentences`); a positive label on a
+    dropped sentence means the oracle file was made with another threshold (an error).
     """
+    from fedrepro.data.oracle import kept_sentences
+
     out = []
     for rec in records:
         rid = rec.get("id")
@@ -589,15 +626,29 @@ def encode_records(
                     f"(stale oracle_labels.jsonl); rerun the oracle_labels rule"
                 )
             labels = oracle[rid]["labels"]
+        kept = kept_sentences(sents, short_sentence_tokens)
+        if labels is not None:
+            if len(labels) != len(sents):
+                raise InputError(
+                    f"record {rid!r}: {len(labels)} oracle labels for {len(sents)} sentences"
+                )
+            if any(labels[i] for i in set(range(len(sents))) - set(kept)):
+                raise InputError(
+                    f"record {rid!r}: a positive oracle label on a sentence of at most "
+                    f"{short_sentence_tokens} tokens (the oracle file was made with another "
+                    f"partitions.fedsum.short_sentence_tokens); rerun the oracle_labels rule"
+                )
+            labels = [labels[i] for i in kept]
         out.append(
             encode_document(
                 tokenizer,
-                sents,
+                [sents[i] for i in kept],
                 labels,
                 max_tokens,
                 max_sentence_tokens,
                 doc_id=str(rid),
                 target=str(rec.get("target", "")),
+                positions=kept,
             )
         )
     return out
@@ -685,8 +736,9 @@ def select_sentences(
 def predict_extractive(
     model: BertSumExt, batches: Iterable[BertSumBatch], n: int, block_trigrams: bool = True
 ) -> list[dict]:
-    """Score and select per document: ``{"id", "selected", "summary", "target"}`` (summary =
-    the selected sentences joined by a space, in selection order)."""
+    """Score and select per document: ``{"id", "selected", "sentences", "summary", "target"}``
+    (``selected`` = the chosen sentences' indices in the record's ``meta.sentences``, in
+    selection order; ``sentences`` = their text; summary = them joined by a space)."""
     was_training = model.training
     model.eval()
     out = []
@@ -695,11 +747,14 @@ def predict_extractive(
             scores = model(batch)
             for b, doc_id in enumerate(batch.ids):
                 sel = select_sentences(scores[b], batch.sentences[b], n, block_trigrams)
+                pos = batch.positions[b] if batch.positions else range(len(batch.sentences[b]))
+                texts = [batch.sentences[b][j].strip() for j in sel]
                 out.append(
                     {
                         "id": doc_id,
-                        "selected": sel,
-                        "summary": " ".join(batch.sentences[b][j].strip() for j in sel),
+                        "selected": [int(pos[j]) for j in sel],
+                        "sentences": texts,
+                        "summary": " ".join(texts),
                         "target": batch.targets[b],
                     }
                 )

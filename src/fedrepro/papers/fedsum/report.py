@@ -72,6 +72,16 @@ TITLES = {
     "figure5": "FedSum Fig. 5: ROUGE of FedSum vs. λ",
 }
 SCALES = ("demo", "paper")
+SCORER_NOTES = {
+    "rouge": (
+        "ROUGE scorer: {version} (pltrdy), as the FedSum code scores: no stemming, distinct n-grams, "
+        "PTB-tokenised lower-cased text, sentences joined by `<q>`, summary-level ROUGE-L."
+    ),
+    "rouge-score": (
+        "ROUGE scorer: {version} (Google), Porter stemmer, ROUGE-L over the whole summary."
+    ),
+}
+"""What each ROUGE scorer (``fedsum.eval.rouge_scorer``) computes, for the table notes."""
 
 
 def _fmt_alpha(alpha) -> str:
@@ -99,12 +109,29 @@ def collect(score_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
                 "lam": s.get("lam"),
                 "seed": int(s["seed"]),
                 "round": int(s["round"]),
+                # scores written before the scorer was recorded used rouge-score
+                "rouge_scorer": s.get("rouge_scorer", "rouge-score"),
+                "rouge_scorer_version": s.get(
+                    "rouge_scorer_version", s.get("rouge_scorer", "rouge-score")
+                ),
                 **{m: float(s["metrics"][m]) for m in METRICS},
             }
         )
     if not rows:
         raise InputError("no FedSum scores given")
     return pd.DataFrame(rows)
+
+
+def scorer_of(scores: pd.DataFrame) -> tuple[str, str]:
+    """(scorer, scorer with version) of the collected cells; cells scored differently cannot
+    share a table (an error naming the scorers)."""
+    found = sorted(set(zip(scores.rouge_scorer, scores.rouge_scorer_version)))
+    if len(found) != 1:
+        raise InputError(
+            f"FedSum cells scored with different ROUGE scorers {found}: rerun them with one "
+            f"fedsum.eval.rouge_scorer"
+        )
+    return found[0]
 
 
 def _mean_std(values: pd.Series) -> tuple[float, float]:
@@ -352,7 +379,8 @@ def build_table(
     ``alphas`` (Table 3)."""
     scores = collect(score_paths)
     alpha = float(options["alpha"])
-    title = TITLES[target].format(alpha=_fmt_alpha(alpha))
+    scorer, version = scorer_of(scores)
+    title = TITLES[target].format(alpha=_fmt_alpha(alpha)) + f" [ROUGE: {version}]"
     if target in ("table1", "table2", "table_wikihow", "table_reddit"):
         df = main_table(scores, target, options["dataset"], alpha)
     elif target == "table3":
@@ -361,7 +389,8 @@ def build_table(
         df = table4(scores, alpha)
     else:
         raise InputError(f"unknown FedSum table {target!r}")
-    write_table(df, out_prefix, title, scale)
+    df["rouge_scorer"] = version
+    write_table(df, out_prefix, title, scale, NOTE + " " + SCORER_NOTES[scorer].format(version=version))
     return df
 
 
@@ -424,7 +453,8 @@ def figure3(scores: pd.DataFrame, png, csv, scale: str, alpha: float) -> pd.Data
     axes[0].set_ylabel("ROUGE recall (%)")
     axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(
-        ("DEMO SCALE — " if scale == "demo" else "") + "FedSum (solid) vs FedAvg (dotted), CNN/DM",
+        ("DEMO SCALE — " if scale == "demo" else "")
+        + f"FedSum (solid) vs FedAvg (dotted), CNN/DM (ROUGE: {scorer_of(scores)[1]})",
         fontsize=9,
     )
     _save_figure(fig, data, png, csv)
@@ -446,7 +476,11 @@ def figure5(scores: pd.DataFrame, png, csv, scale: str) -> pd.DataFrame:
         ax.set_xlabel("λ")
     axes[0].set_ylabel("ROUGE (%)")
     axes[1].legend(fontsize=7, ncol=2)
-    fig.suptitle(("DEMO SCALE — " if scale == "demo" else "") + "FedSum vs λ, CNN/DM", fontsize=9)
+    fig.suptitle(
+        ("DEMO SCALE — " if scale == "demo" else "")
+        + f"FedSum vs λ, CNN/DM (ROUGE: {scorer_of(scores)[1]})",
+        fontsize=9,
+    )
     _save_figure(fig, data, png, csv)
     return data
 

@@ -51,6 +51,9 @@ def write_cell_scores(
                 **({"per_client": ev["per_client"]} if "per_client" in ev else {}),
             }
         )
+    from fedrepro.metrics.rouge import scorer_version
+
+    scorer = str(cell.get("rouge_scorer", "rouge"))
     rule = cell.get("report_round", "best_rr1")
     best = reported_round(rounds, rule)
     tests = {r["id"]: r for r in read_jsonl(test_file)}
@@ -84,6 +87,8 @@ def write_cell_scores(
         "seed": int(cell["seed"]),
         "scale": cell["scale"],
         "report_round": rule,
+        "rouge_scorer": scorer,
+        "rouge_scorer_version": scorer_version(scorer),
         "round": best["round"],
         "evaluated": best["evaluated"],
         "n": best["n"],

@@ -260,6 +260,7 @@ def _encoded(
     seed: int,
     max_tokens: int,
     max_sentence_tokens: int,
+    short_sentence_tokens: int,
     labelled: bool,
 ) -> tuple:
     from fedrepro.papers.fedsum.model import encode_records
@@ -284,7 +285,11 @@ def _encoded(
             }
     tok, _ = _tokenizer_and_model(backbone_dir, seed)
     try:
-        return tuple(encode_records(records, tok, oracle, max_tokens, max_sentence_tokens))
+        return tuple(
+            encode_records(
+                records, tok, oracle, max_tokens, max_sentence_tokens, short_sentence_tokens
+            )
+        )
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
 
@@ -296,6 +301,7 @@ def _encode_args(cell: Mapping) -> tuple:
         int(cell["seed"]),
         int(train["max_tokens"]),
         int(train["max_sentence_tokens"]),
+        int(cell.get("short_sentence_tokens", 0)),  # BertSum's filter (partitions.fedsum)
     )
 
 
@@ -336,11 +342,26 @@ def client_batches(cell: Mapping, client: str, round_index: int):
 
 
 # -- evaluation --------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _reference_sentences(path: str) -> dict[str, list[str]]:
+    """``{id: the reference summary's sentences}`` of a test file (for the ``<q>`` join)."""
+    from fedrepro.papers.fedsum.model import reference_sentences
+
+    return {r["id"]: reference_sentences(r) for r in read_jsonl(path)}
+
+
+def rouge_scorer(cell: Mapping) -> str:
+    """The cell's ROUGE scorer (``fedsum.eval.rouge_scorer``; the authors' ``rouge`` by default)."""
+    return str(cell.get("rouge_scorer", "rouge"))
+
+
 @torch.no_grad()
 def evaluate_model(cell: Mapping, model) -> dict:
     """ROUGE-1/2/L F1 and recall (%) of ``model`` on the cell's test set: top-n sentences by score
     with trigram blocking (BertSum's selection); ``selected`` = the chosen sentence indices per
-    document, in selection order."""
+    document (in ``meta.sentences``), in selection order.  Scored with the cell's
+    ``rouge_scorer``: ``rouge`` (the authors': the selected sentences and the reference's
+    sentences each joined by ``<q>``) or ``rouge-score`` (joined by spaces, Porter stemmer)."""
     from fedrepro.metrics.rouge import rouge_f1_recall
     from fedrepro.papers.fedsum.model import make_batches, predict_extractive
 
@@ -357,7 +378,18 @@ def evaluate_model(cell: Mapping, model) -> dict:
         int(cell["extract_sentences"]),
         bool(cell.get("block_trigrams", True)),
     )
-    metrics = rouge_f1_recall([p["summary"] for p in preds], [p["target"] for p in preds])
+    scorer = rouge_scorer(cell)
+    if scorer == "rouge":
+        refs = _reference_sentences(str(cell["test_file"]))
+        metrics = rouge_f1_recall(
+            [p["sentences"] for p in preds],
+            [refs.get(p["id"], [p["target"]]) for p in preds],
+            scorer="rouge",
+        )
+    else:
+        metrics = rouge_f1_recall(
+            [p["summary"] for p in preds], [p["target"] for p in preds], scorer=scorer
+        )
     return {"metrics": metrics, "selected": {p["id"]: list(p["selected"]) for p in preds}}
 
 
