@@ -432,10 +432,32 @@ def test_rerun_and_resume_are_bit_identical(world, tmp_path):
             )
 
 
+def test_size_proportional_selection_through_the_runner(world, tmp_path):
+    """fedsum.client_selection: proportional -- the rounds' participants are the seeded
+    size-proportional draw over the data folder's sizes (2, 3, 4, 7 documents), for FedSum and
+    FedProx alike, and a rerun draws them again."""
+    from fedrepro.papers.fedsum.strategy import size_proportional_sample
+
+    sizes = dict(zip(CLIENTS, SIZES))
+    expected = [
+        sorted(size_proportional_sample(list(range(4)), SIZES, 3, random.Random(f"1/sample/{r}")))
+        for r in (1, 2, 3)
+    ]
+    for method in ("FedProx", "FedSum"):
+        cell = _cell(world, tmp_path, method, rounds=3, client_selection="proportional")
+        assert fedsum_task.client_sizes(cell) == sizes  # sizes.json of write_data_folder
+        log = _log(_run(cell))
+        assert [sorted(c["partition_id"] for c in e["clients"]) for e in log] == expected
+        assert [sum(c["num_examples"] for c in e["clients"]) for e in log] == [
+            sum(SIZES[i] for i in ids) for ids in expected
+        ]
+
+
 @pytest.mark.slow
 def test_inprocess_engine_gives_the_same_bits_as_flower_simulation(world, tmp_path):
-    a = _run(_cell(world, tmp_path, "FedSum", engine="inprocess"))
-    b = _run(_cell(world, tmp_path, "FedSum", engine="simulation"))
+    # size-proportional selection (FedSum's default): the same participants on both engines
+    a = _run(_cell(world, tmp_path, "FedSum", engine="inprocess", client_selection="proportional"))
+    b = _run(_cell(world, tmp_path, "FedSum", engine="simulation", client_selection="proportional"))
     assert (a / "adapters.safetensors").read_bytes() == (b / "adapters.safetensors").read_bytes()
     assert (a / "train_log.json").read_bytes() == (b / "train_log.json").read_bytes()
     assert read_json(b / "provenance.json")["engine"] == "simulation"

@@ -63,11 +63,84 @@ def test_dirichlet_quantity_skew_is_a_disjoint_cover_with_no_empty_client(alpha)
         assert {len(p) for p in parts} == {100}
 
 
-def test_dirichlet_skew_grows_with_smaller_alpha():
+@pytest.mark.parametrize("mode", ["redraw", "add_one"])
+def test_dirichlet_skew_grows_with_smaller_alpha(mode):
+    seeds = (0, 4)  # redraw at Dir 0.1: 9,901 and 631,684 draws (cheap seeds)
+
     def spread(alpha):
-        return np.mean([np.std([len(p) for p in P.dirichlet_quantity_skew(2000, 20, alpha, s)]) for s in range(5)])
+        return np.mean([np.std([len(p) for p in P.dirichlet_quantity_skew(2000, 20, alpha, s, mode)]) for s in seeds])
 
     assert spread(0.1) > spread(1.0) > spread(8.0)
+
+
+# -- FedSum's empty clients: the authors' re-draw (default) or one example each ----------------
+def test_redraw_is_the_authors_rule_with_numbers():
+    """partitions.fedsum.empty_clients: redraw -- p ~ Dir(α) re-drawn until min(p)·n >= 1, sizes cut
+    at ⌊n·cumsum(p)⌋; seeded, so the same split every time."""
+    n, k, alpha, seed = 20, 4, 0.1, 1
+    rng = P._rng(seed, "dirichlet", n, k, alpha)
+    first = P._rng(seed, "dirichlet", n, k, alpha).dirichlet(np.full(k, alpha), size=P.REDRAW_BATCH)
+    p, used = P.redraw_proportions(rng, n, k, alpha, 10**6)
+    assert used == 79  # the first 78 draws leave a client with < 1 example
+    assert first[0].min() * n < 1 and all(first[i].min() * n < 1 for i in range(78))
+    assert np.array_equal(p, first[78]) and p.min() * n >= 1
+    sizes = P.sizes_from_proportions(p, n)
+    assert sizes.tolist() == [1, 14, 3, 2] and sizes.sum() == n
+    parts = P.dirichlet_quantity_skew(n, k, alpha, seed)  # redraw is the default
+    assert [len(x) for x in parts] == [1, 14, 3, 2]
+    assert sorted(i for x in parts for i in x) == list(range(n))
+    assert parts == P.dirichlet_quantity_skew(n, k, alpha, seed, "redraw")  # reproducible
+    # the cut itself: cumulative 2.5, 12.5, 17.5 of 20 -> 2, 12, 17 -> sizes 2, 10, 5, 3
+    assert P.sizes_from_proportions(np.array([0.125, 0.5, 0.25, 0.125]), 20).tolist() == [2, 10, 5, 3]
+
+
+@pytest.mark.parametrize(("n", "k", "alpha", "seed"), [(2000, 20, 0.1, 0), (20, 4, 0.1, 2), (10, 4, 0.1, 3), (20, 4, 0.5, 1)])
+def test_redraw_split_covers_everything_with_no_empty_client(n, k, alpha, seed):
+    parts = P.dirichlet_quantity_skew(n, k, alpha, seed, "redraw")
+    sizes = [len(x) for x in parts]
+    assert len(parts) == k and min(sizes) >= 1 and sum(sizes) == n
+    assert sorted(i for x in parts for i in x) == list(range(n))
+    assert parts == P.dirichlet_quantity_skew(n, k, alpha, seed, "redraw")
+    assert parts != P.dirichlet_quantity_skew(n, k, alpha, seed + 10, "redraw")
+
+
+def test_redraw_differs_from_add_one_and_add_one_is_unchanged():
+    """add_one keeps the earlier split bit for bit: 1 + Multinomial(n − K, p) from the first draw."""
+    n, k, alpha, seed = 2000, 20, 0.1, 0
+    rng = P._rng(seed, "dirichlet", n, k, alpha)
+    p = rng.dirichlet(np.full(k, alpha))
+    sizes = 1 + rng.multinomial(n - k, p)
+    order = rng.permutation(n)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    old = [sorted(order[a:b].tolist()) for a, b in zip(bounds[:-1], bounds[1:])]
+    assert P.dirichlet_quantity_skew(n, k, alpha, seed, "add_one") == old
+    assert sum(len(x) == 1 for x in old) >= 5  # add_one: many clients hold the one added example
+    assert P.dirichlet_quantity_skew(n, k, alpha, seed, "redraw") != old
+    # Dir = inf: uniform sizes either way
+    assert P.dirichlet_quantity_skew(n, k, math.inf, seed, "redraw") == P.dirichlet_quantity_skew(n, k, math.inf, seed, "add_one")
+
+
+def test_redraw_gives_up_after_max_redraws_naming_the_keys():
+    with pytest.raises(InputError, match=r"no draw in 1,000 .*partitions.fedsum.max_redraws.*empty_clients: add_one"):
+        P.dirichlet_quantity_skew(20, 20, 0.1, 0, "redraw", max_redraws=1000)  # needs p exactly uniform
+    assert [len(x) for x in P.dirichlet_quantity_skew(20, 20, 0.1, 0, "add_one")] == [1] * 20
+    with pytest.raises(InputError, match="partitions.fedsum.empty_clients"):
+        P.dirichlet_quantity_skew(20, 4, 0.1, 0, "drop")
+
+
+def test_settings_carry_the_empty_client_rule():
+    from fedrepro.data.settings import settings
+
+    cfg = {"partitions": {"fedsum": {"datasets": ["cnndm"], "alphas": [0.1], "total": 20, "num_clients": 4}}}
+    assert settings(cfg)["fedsum-cnndm-a0.1"]["empty_clients"] == "redraw"  # the authors' default
+    cfg["partitions"]["fedsum"]["empty_clients"] = "add_one"
+    assert settings(cfg)["fedsum-cnndm-a0.1"]["empty_clients"] == "add_one"
+    cfg["partitions"]["fedsum"]["empty_clients"] = "bogus"
+    with pytest.raises(InputError, match="partitions.fedsum.empty_clients"):
+        settings(cfg)
+    cfg["partitions"]["fedsum"].update(empty_clients="redraw", max_redraws=0)
+    with pytest.raises(InputError, match="partitions.fedsum.max_redraws"):
+        settings(cfg)
 
 
 def test_fedsum_scarcity_takes_2000_examples():

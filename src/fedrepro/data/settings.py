@@ -22,6 +22,20 @@ def _alpha_name(alpha: float) -> str:
     return "inf" if math.isinf(float(alpha)) else f"{float(alpha):g}"
 
 
+def fedsum_empty_clients(f: dict) -> dict:
+    """How a FedSum Dirichlet split keeps every client non-empty (``partitions.fedsum``):
+    ``empty_clients`` (``redraw``, the authors' rule, or ``add_one``) and ``max_redraws``."""
+    mode = f.get("empty_clients", "redraw")
+    if mode not in P.EMPTY_CLIENTS:
+        raise InputError(
+            f"partitions.fedsum.empty_clients must be one of {list(P.EMPTY_CLIENTS)}, got {mode!r}"
+        )
+    limit = f.get("max_redraws", P.DEFAULT_MAX_REDRAWS)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputError(f"partitions.fedsum.max_redraws must be a positive integer, got {limit!r}")
+    return {"empty_clients": mode, "max_redraws": int(limit)}
+
+
 def settings(config: dict) -> dict[str, dict]:
     """``{setting name: {"sources": [...], "kind": ..., params}}`` for every split in the config."""
     p = config.get("partitions") or {}
@@ -41,6 +55,7 @@ def settings(config: dict) -> dict[str, dict]:
                 out[f"fedsum-{ds}-a{_alpha_name(alpha)}"] = {
                     "sources": [ds], "kind": "dirichlet", "alpha": float(alpha),
                     "total": int(f["total"]), "num_clients": int(f["num_clients"]),
+                    **fedsum_empty_clients(f),
                 }
     if "fedmcp" in p:
         out["fedmcp-crosstask"] = {"sources": ["glue"], "kind": "fedmcp", "tasks": list(p["fedmcp"]["tasks"])}
@@ -86,7 +101,10 @@ def build_manifest(setting: dict, record_files: dict[str, str], seed: int) -> P.
     if kind == "dirichlet":
         (name,) = setting["sources"]
         by_split = _ids_by(recs[name], "source")[name]
-        clients = P.fedsum_scarcity(by_split["train"], setting["total"], setting["num_clients"], setting["alpha"], seed)
+        clients = P.fedsum_scarcity(
+            by_split["train"], setting["total"], setting["num_clients"], setting["alpha"], seed,
+            setting.get("empty_clients", "redraw"), int(setting.get("max_redraws", P.DEFAULT_MAX_REDRAWS)),
+        )
         return {c: {"train": ids} for c, ids in clients.items()}
     if kind == "fedmcp":
         by_task = _ids_by(recs["glue"], "task")

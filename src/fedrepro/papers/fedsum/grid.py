@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 
+from fedrepro.data.settings import fedsum_empty_clients
 from fedrepro.grid import rehearsal_cell
 from fedrepro.io import InputError
 from fedrepro.models.backbones import builds_locally
@@ -136,6 +137,7 @@ def scaled_setting(config: dict, setting: str) -> dict:
         "alpha": float(s["alpha"]),
         "total": s["total"],
         "num_clients": int(_partitions(config)["num_clients"]),
+        **fedsum_empty_clients(_partitions(config)),
     }
 
 
@@ -164,6 +166,47 @@ def parse_method_dir(config: dict, name: str) -> tuple[str, float]:
     if m:
         return m["method"], float(m["lam"])
     return name, default_lam(config)
+
+
+SELECTION_RULES = ("uniform", "proportional")
+AUTHORS_CLIENT_SELECTION = {
+    "default": "uniform",
+    "FedProx": "proportional",
+    "FedSum": "proportional",
+    "FedSum-depth": "proportional",
+    "FedSum-breadth": "proportional",
+}
+"""The FedSum authors' per-round client selection (``algorithm/client_selection.py``): their FedSum
+(all its variants: ``FederatedSum*.py``) and FedProx call it with ``style="FedProx"`` --
+``np.random.choice(K, 4, replace=False, p=n_i/n)`` --, every other baseline with ``"FedAvg"``
+(uniform without replacement).  ``fedsum.client_selection`` in the config replaces this table."""
+
+
+def client_selection(config: dict, method: str) -> str:
+    """``fedsum.client_selection``'s rule for ``method``: its own entry, else ``default``
+    (``uniform`` if none); no key at all: the authors' table :data:`AUTHORS_CLIENT_SELECTION`."""
+    from fedrepro.papers.fedsum.task import METHODS
+
+    table = fedsum_cfg(config).get("client_selection")
+    if table is None:
+        table = AUTHORS_CLIENT_SELECTION
+    if not isinstance(table, dict):
+        raise InputError(
+            f"config key fedsum.client_selection must map methods (and 'default') to one of "
+            f"{list(SELECTION_RULES)}, got {table!r}"
+        )
+    for key, rule in table.items():
+        if key != "default" and (key not in METHODS or key == "Separate"):
+            raise InputError(
+                f"config key fedsum.client_selection.{key}: not a federated FedSum method "
+                f"(use 'default' or one of {[m for m in METHODS if m != 'Separate']})"
+            )
+        if rule not in SELECTION_RULES:
+            raise InputError(
+                f"config key fedsum.client_selection.{key} must be one of {list(SELECTION_RULES)}, "
+                f"got {rule!r}"
+            )
+    return table.get(method, table.get("default", "uniform"))
 
 
 def _need(config: dict, key: str, methods: list[str], target: str) -> None:
@@ -345,6 +388,8 @@ def make_fedsum_cell(config: dict, setting: str, method_name: str, seed: int | s
             f"fedsum.clients_per_round = {cell['clients_per_round']} > {len(names)} clients "
             f"(partitions.fedsum.num_clients)"
         )
+    if method != "Separate":  # Separate trains every client every round
+        cell["client_selection"] = client_selection(config, method)
     if method in VARIANTS:
         cell["fedsum"] = {**dict(f.get("method") or {}), "lam": float(lam)}
     elif method_name != method:

@@ -22,6 +22,11 @@ FedSum*         Alg. 1: Ω_g, ε̄, Q̄ (eq. 2) and P̄_c weighted by n_i/n; PDT
                 perturbed heads for next round's PK_i; initial portraits before round 1
 ==============  ==================================================================================
 
+Participants (``fedsum.client_selection``, per method): ``uniform`` -- the runner's seeded draw --
+or ``proportional`` -- k clients drawn without replacement with probability ∝ n_i (the authors'
+code does this for FedSum and FedProx, ``style="FedProx"``; uniform for the other baselines),
+from the same (cell seed, round) generator (:meth:`FedSumRunnerStrategy.sample_partitions`).
+
 After every round the strategy evaluates the model of the round (:func:`fedsum_task.evaluate_state`
 for the global-model methods; the clients' own reports for FedProto) and writes it with the
 round's downlink/uplink record contents into the round log; server state beyond Ω (c, C̄, the
@@ -30,7 +35,10 @@ daisy chain, FedSum's ε̄/Q̄/P̄/PDT/heads) is saved per round and reloaded on
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import random
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -81,6 +89,33 @@ def _describe(records: Mapping) -> dict:
     return out
 
 
+def size_proportional_sample(ids: list[int], sizes: list[int], k: int, rng: random.Random) -> list[int]:
+    """``k`` of ``ids`` drawn one after another without replacement, each draw picking a remaining
+    id with probability size / (sum of the remaining sizes) -- the law of NumPy's
+    ``choice(ids, k, replace=False, p=sizes/sum(sizes))`` (the FedSum authors' selection; the
+    inclusion probability of a client is then not k·n_i/n but its successive-sampling value).
+    Returns the ids in the order drawn.  Integer sizes: the cumulative sums are exact."""
+    if len(ids) != len(sizes):
+        raise ValueError("one size per id")
+    if any(int(n) < 0 for n in sizes):
+        raise InputError(f"negative client size in {sizes}")
+    if sum(1 for n in sizes if int(n) > 0) < k:
+        raise InputError(
+            f"size-proportional selection of {k} clients: only {sum(1 for n in sizes if n > 0)} "
+            f"clients hold data (fedsum.client_selection)"
+        )
+    remaining = list(zip(ids, (int(n) for n in sizes)))
+    chosen = []
+    for _ in range(k):
+        cumulative = list(itertools.accumulate(n for _, n in remaining))
+        j = bisect.bisect_right(cumulative, rng.random() * cumulative[-1])
+        j = min(j, len(remaining) - 1)  # rng.random() * total rounding up to the total
+        while remaining[j][1] == 0:  # never a client without data (only reachable by rounding)
+            j -= 1
+        chosen.append(remaining.pop(j)[0])
+    return chosen
+
+
 class FedSumRunnerStrategy(SortedCheckpointFedAvg):
     """The common part: the current broadcast x, per-round evaluation, record accounting and
     the server-state file.  Aggregation is Flower's FedAvg (the FedAvg method)."""
@@ -94,8 +129,40 @@ class FedSumRunnerStrategy(SortedCheckpointFedAvg):
         self._evaluated: OrderedDict | None = None  # the model the round is evaluated with
         self._sent: dict[str, dict] = {}
         self._extra_down_bytes = 0
+        self._sizes: dict[str, int] | None = None  # n_i per client (proportional selection)
         if self.round_offset > 0:
             self.load_server_state(self.round_offset)
+
+    # -- participants ----------------------------------------------------------------------
+    def selection_rule(self) -> str:
+        """``uniform`` (the runner's draw) or ``proportional`` (to n_i); a cell without the key
+        (made before it existed) samples uniformly."""
+        rule = self.cell.get("client_selection", "uniform")
+        if rule not in ("uniform", "proportional"):
+            raise InputError(
+                f"FedSum cell: client_selection must be 'uniform' or 'proportional', got {rule!r} "
+                f"(config key fedsum.client_selection)"
+            )
+        return rule
+
+    def sample_partitions(self, absolute_round: int, partition_ids: list[int]) -> list[int]:
+        """The round's participants (``fedsum.client_selection``).  ``uniform``: the runner's
+        seeded draw without replacement.  ``proportional`` (the authors' FedSum and FedProx):
+        k clients drawn one after another without replacement, each with probability
+        n_i / Σ n_j over the clients not yet drawn -- the law of the authors'
+        ``np.random.choice(K, k, replace=False, p=n_i/n)`` --, from the same generator seeded by
+        (cell seed, round): the same draw on every engine and every rerun."""
+        if self.selection_rule() == "uniform":
+            return super().sample_partitions(absolute_round, partition_ids)
+        k = max(int(len(partition_ids) * self.fraction_train), self.min_train_nodes)
+        if k >= len(partition_ids):
+            return sorted(partition_ids)
+        if self._sizes is None:
+            self._sizes = task.client_sizes(self.cell)
+        ids = sorted(partition_ids)
+        weights = [self._sizes[self.client_name(p)] for p in ids]
+        rng = random.Random(f"{self.seed}/sample/{absolute_round}")
+        return sorted(size_proportional_sample(ids, weights, k, rng))
 
     def client_name(self, partition_id: int) -> str:
         try:

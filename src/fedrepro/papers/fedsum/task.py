@@ -79,7 +79,7 @@ from fedrepro.papers.fedsum.baselines import (
 )
 from fedrepro.devices import cell_device, configure_torch, cpu_state
 from fedrepro.fl.limits import rehearsal_limit
-from fedrepro.io import InputError, read_json, read_jsonl, write_jsonl_atomic
+from fedrepro.io import InputError, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,40 @@ def write_data_folder(
         counts["test"] = write_jsonl_atomic(
             Path(tmp) / "test.jsonl", [row(i, False) for i in test_ids]
         )
+        # the clients' data sizes n_i (the split's, as the manifest has them): what a server
+        # sampling clients by size knows (client_selection: proportional) without their data
+        write_json_atomic(
+            Path(tmp) / SIZES_FILE,
+            {"train": {c: counts[c] for c in sorted(clients)}, "test": counts["test"]},
+        )
     return counts
+
+
+SIZES_FILE = "sizes.json"
+
+
+def client_sizes(cell: Mapping) -> dict[str, int]:
+    """``{client: n_i}``: the number of training documents of each of the cell's clients, from the
+    data folder's ``sizes.json`` (written with the folder from the manifest; a folder built before
+    it existed: the line counts of the clients' ``train.jsonl``, counted without parsing a record).
+    A rehearsal cell counts the documents its clients keep (:func:`rehearsal_limit`)."""
+    out: dict[str, int] = {}
+    tables: dict[Path, dict] = {}
+    for client in cell["clients"]:
+        train = client_split_path(cell, client)
+        sizes_path = train.parent.parent.parent / SIZES_FILE  # <folder>/clients/<client>/train.jsonl
+        if sizes_path not in tables:
+            tables[sizes_path] = (
+                (read_json(sizes_path).get("train") or {}) if sizes_path.exists() else {}
+            )
+        n = tables[sizes_path].get(client)
+        if n is None:
+            if not train.exists():
+                raise InputError(f"{train}: FedSum data file missing; run the fedsum_client_data rule")
+            with open(train, "rb") as fh:
+                n = sum(1 for line in fh if line.strip())
+        out[client] = len(rehearsal_limit(cell, range(int(n)), "train"))
+    return out
 
 
 def client_split_path(cell: Mapping, client: str) -> Path:
