@@ -84,7 +84,8 @@ rule fedmcp_table:
     params:
         scale=config["scale"],
         model_cfg=lambda wildcards: dict(
-            FM.get("lora") or {}, bottleneck=wf.backbone_settings(config, FM["backbone"])["bottleneck"]
+            FM.get("lora") or {}, bottleneck=wf.backbone_settings(config, FM["backbone"])["bottleneck"],
+            baseline_adapters=FM.get("baseline_adapters", "paper"),
         ),
     log:
         "logs/fedmcp_table/{fm_target}.log",

@@ -12,10 +12,13 @@ import pytest
 import torch
 from transformers import RobertaConfig, RobertaModel
 
+from fedrepro.io import InputError
 from fedrepro.papers.fedmcp.methods import (
     METHODS,
+    SINGLE_SET_BASELINES,
     LocalHParams,
     build_model,
+    get_method,
     local_update,
     shared_share,
 )
@@ -56,9 +59,9 @@ def randomise(model, seed: int = 1) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.3)
 
 
-def build(name: str, seed: int = 0):
+def build(name: str, seed: int = 0, sizing: str = "paper"):
     torch.manual_seed(seed + 11)
-    m = build_model(name, tiny_backbone(seed), num_labels=2, cfg=CFG)
+    m = build_model(name, tiny_backbone(seed), num_labels=2, cfg={**CFG, "baseline_adapters": sizing})
     randomise(m)
     return m
 
@@ -75,7 +78,15 @@ def snapshot(model):
 HP = LocalHParams(lr=1e-2, epochs=1, head_epochs=1)
 
 
-def expected_shared_keys(name: str, model) -> set[str]:
+# adapter sets each method uploads: Table I's Comm. (paper sizing) and the earlier single-set one
+SENT_ROLES = {
+    "paper": {"FedAvg-PEFT": ("global", "private"), "MOON": ("global", "private"),
+              "FedRep": ("global", "private"), "FedMatch": ("global", "private")},
+    "single": {"FedAvg-PEFT": ("global", "private")},
+}
+
+
+def expected_shared_keys(name: str, model, sizing: str = "paper") -> set[str]:
     params = dict(model.named_parameters())
     if name == "Local":
         return set()
@@ -83,32 +94,41 @@ def expected_shared_keys(name: str, model) -> set[str]:
         return {k for k in params if k.startswith("encoder.")}
     if name == "FedLR":
         return {k for k in params if "lora_" in k}
-    roles = ("global", "private") if name == "FedAvg-PEFT" else ("global",)
+    roles = SENT_ROLES[sizing].get(name, ("global",))
     return {
         f"{r}.{k[len(f'net.adapters.{r}.'):]}"
         for k in params for r in roles if k.startswith(f"net.adapters.{r}.")
     }
 
 
-@pytest.mark.parametrize("name", list(METHODS))
-def test_shared_keys_update_and_roundtrip(name):
-    model = build(name)
+CASES = [(name, "paper") for name in METHODS] + [(name, "single") for name in SINGLE_SET_BASELINES]
+
+
+@pytest.mark.parametrize("name,sizing", CASES)
+def test_shared_keys_update_and_roundtrip(name, sizing):
+    model = build(name, sizing=sizing)
     state = model.shared_state()
-    assert set(state) == expected_shared_keys(name, model)
-    for k in state:  # never a head, never a private adapter (except FedAvg-PEFT), ...
+    assert set(state) == expected_shared_keys(name, model, sizing)
+    for k in state:  # never a head, a private adapter only where the method uploads it, ...
         assert not any(h in k for h in ("g1", "g2", "head"))
-        if name != "FedAvg-PEFT":
+        if name not in SENT_ROLES[sizing]:
             assert not k.startswith("private.")
         if name not in ("FedAvg-FT",):
             assert not k.startswith("encoder.") or "lora_" in k
     if name == "FedAvg-FT":  # the whole backbone, nothing else
         assert len(state) == len(list(model.encoder.parameters()))
 
-    # loading a server state then reading it back is exact
+    # loading a server state then reading it back is exact -- except FedMatch's uploaded patch,
+    # which the client keeps (the authors' code loads back only the shared backbone)
+    own_patch = {k: v.clone() for k, v in state.items() if k.startswith("private.")}
     server = perturbed(state)
     model.load_shared_state(server)
     back = model.shared_state()
     assert list(back) == list(server)
+    if name == "FedMatch" and sizing == "paper":
+        assert own_patch and all(torch.equal(back[k], own_patch[k]) for k in own_patch)
+        assert all(torch.equal(back[k], server[k]) for k in server if k.startswith("global."))
+        server = OrderedDict((k, own_patch.get(k, v)) for k, v in server.items())
     assert all(torch.equal(back[k], server[k]) for k in server)
     if state:
         with pytest.raises(ValueError):
@@ -121,6 +141,7 @@ def test_shared_keys_update_and_roundtrip(name):
     before = snapshot(model)
     stats = local_update(model, name, make_batches(), HP, server_state=server if state else None)
     assert math.isfinite(stats["loss"]) and stats["n_examples"] == 8
+    assert stats["lr"] == (HP.full_ft_lr if name == "FedAvg-FT" else HP.lr)
     after = snapshot(model)
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     assert changed, "nothing was trained"
@@ -154,6 +175,65 @@ def test_shared_share():
     s_peft = shared_share(build("FedAvg-PEFT"), full)
     assert s_peft == pytest.approx(2 * s_mcp)
     assert shared_share(build("Local"), full) == 0.0
+    for name in ("MOON", "FedRep", "FedMatch"):  # Table I: 1.16 % sent = two adapter sets
+        assert shared_share(build(name), full) == pytest.approx(2 * s_mcp)
+        assert shared_share(build(name, sizing="single"), full) == pytest.approx(s_mcp)
+
+
+def test_baseline_sizing_option():
+    """``baseline_adapters``: paper (default) vs single -- trainable parts, evaluated head, sent."""
+    for name in ("MOON", "FedRep", "FedMatch"):
+        paper, single = get_method(name), get_method(name, "single")
+        assert paper is METHODS[name] and single is SINGLE_SET_BASELINES[name]
+        assert paper.trained == ("global", "private", "g1") and paper.eval_mode == "both"
+        assert set(paper.sent) == {"global", "private"}
+    assert get_method("FedMatch").shared == ("global",)  # the patch is uploaded, not loaded back
+    assert get_method("FedMatch").upload_only == ("private",)
+    assert get_method("MOON", "single").trained == ("global", "g2")
+    assert get_method("FedRep", "single").sent == ("global",)
+    assert get_method("FedMatch", "single").sent == ("global",)
+    assert get_method("FedAP", "single") is METHODS["FedAP"]  # the others do not change
+    with pytest.raises(InputError, match="baseline_adapters"):
+        get_method("MOON", "double")
+    with pytest.raises(ValueError, match="MOON"):  # the model's spec decides; names must agree
+        local_update(build("FedRep"), "MOON", make_batches(), HP, server_state=None)
+
+
+def test_full_ft_uses_its_own_learning_rate(monkeypatch):
+    """FedAvg (Full FT) trains with ``full_ft_lr``; every adapter method with ``lr``."""
+    seen = []
+    real = torch.optim.Adam
+
+    def spy(params, lr, **kw):
+        seen.append(lr)
+        return real(params, lr=lr, **kw)
+
+    monkeypatch.setattr(torch.optim, "Adam", spy)
+    hp = dataclasses.replace(HP, lr=5e-4, full_ft_lr=2e-5)
+    st = local_update(build("FedAvg-FT"), "FedAvg-FT", make_batches(), hp, server_state=None)
+    assert seen == [2e-5] and st["lr"] == 2e-5
+    assert LocalHParams.from_config({"lr": 5e-4}).full_ft_lr == 2e-5  # the default
+    assert LocalHParams.from_config({"full_ft_lr": "3e-5"}).full_ft_lr == 3e-5
+    seen.clear()
+    local_update(build("FedMCP"), "FedMCP", make_batches(), hp, server_state=None)
+    local_update(build("FedLR"), "FedLR", make_batches(), hp, server_state=None)
+    assert seen == [5e-4, 5e-4]
+
+
+def test_fedmatch_uploads_its_patch_but_trains_its_own():
+    """Paper sizing: FedMatch uploads A_g and A_p; the server's average replaces A_g only, so
+    two server states differing only in the averaged patch give the same round, bit for bit."""
+    a, b = build("FedMatch"), build("FedMatch")
+    patch0 = {k: v.clone() for k, v in a.net.adapters["private"].state_dict().items()}
+    server = perturbed(a.shared_state(), seed=6)
+    other = OrderedDict((k, v + 1.0 if k.startswith("private.") else v) for k, v in server.items())
+    local_update(a, "FedMatch", make_batches(), HP, server_state=server)
+    local_update(b, "FedMatch", make_batches(), HP, server_state=other)
+    sa, sb = a.shared_state(), b.shared_state()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    patch = a.net.adapters["private"].state_dict()
+    assert any(not torch.equal(patch[k], patch0[k]) for k in patch0)  # trained...
+    assert all(torch.equal(sa[f"private.{k}"], v) for k, v in patch.items())  # ...and uploaded
 
 
 def test_fedrep_alternation():
@@ -178,18 +258,21 @@ def test_fedrep_alternation():
     assert all(p.requires_grad for p in m.body_parameters() + m.head_parameters())
 
 
-def test_moon_term_uses_previous_round():
+@pytest.mark.parametrize("sizing", ["paper", "single"])
+def test_moon_term_uses_previous_round(sizing):
     one = make_batches(n=1)
     hp = dataclasses.replace(HP, moon_mu=1.0, moon_tau=0.5)
-    m = build("MOON")
+    m = build("MOON", sizing=sizing)
     server = perturbed(m.shared_state(), seed=3)
+    assert {k.split(".", 1)[0] for k in server} == (
+        {"global", "private"} if sizing == "paper" else {"global"})
     # no previous model: z_prev = z_glob, ℓ_con = log 2 exactly
     st = local_update(m, "MOON", one, hp, server_state=server)
     assert st["L_con"] == pytest.approx(math.log(2), abs=1e-5)
     # with a previous-round state, the term differs and depends on it
     vals = []
     for seed in (8, 9):
-        m = build("MOON")
+        m = build("MOON", sizing=sizing)
         prev = perturbed(server, seed=seed, scale=0.5)
         st = local_update(m, "MOON", one, hp, server_state=server, prev_shared_state=prev)
         assert st["L_con"] > 0

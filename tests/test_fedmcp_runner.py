@@ -79,8 +79,9 @@ def _encoder_names(world) -> set[str]:
 
 def test_every_method_sends_exactly_its_shared_tensors(world, tmp_path):
     """One round of each method: the uplink (and the server checkpoint) holds only what the
-    method shares -- the global adapter for FedMCP and its kin, both adapters for FedAvg (PEFT),
-    LoRA tensors for FedLR, every backbone tensor for FedAvg (Full FT), nothing for Local."""
+    method shares -- the global adapter for FedMCP and FedAP, both adapters for FedAvg (PEFT),
+    MOON, FedRep and FedMatch (Table I's 1.16 %), LoRA tensors for FedLR, every backbone tensor
+    for FedAvg (Full FT), nothing for Local."""
     from fedrepro.papers.fedmcp.methods import METHODS
 
     encoder = _encoder_names(world)
@@ -98,8 +99,8 @@ def test_every_method_sends_exactly_its_shared_tensors(world, tmp_path):
             assert sent == encoder
         elif method == "FedLR":
             assert sent and all("lora_" in k and k.startswith("encoder.") for k in sent)
-        elif method == "FedAvg-PEFT":
-            assert {k.split(".", 1)[0] for k in sent} == {"global", "private"}
+        elif method in ("FedAvg-PEFT", "MOON", "FedRep", "FedMatch"):
+            assert {k.split(".", 1)[0] for k in sent} == {"global", "private"}, method
         else:
             assert {k.split(".", 1)[0] for k in sent} == {"global"}, method
         prov = json.loads((out / "provenance.json").read_text())
@@ -179,20 +180,138 @@ def test_unknown_paper_and_engine_are_clear_errors(world, tmp_path):
         _run(_cell(world, tmp_path, "FedAP", engine="warp"))
 
 
+SET = 608_640  # one adapter set on roberta-base: 12 layers x 2 positions x (2*768*16 + 16 + 768)
+HEAD = 768 * 2 + 2
+LORA16 = 12 * 2 * 2 * 768 * 16  # r = 16 on query and value: A and B, 589,824
+# exact (trainable, sent) per method on roberta-base, Table I sizing (config defaults)
+EXACT_PAPER = {
+    "FedAvg-FT": (124_645_632 + HEAD, 124_645_632),
+    "Local": (2 * SET + HEAD, 0),
+    "FedAvg-PEFT": (2 * SET + HEAD, 2 * SET),
+    "FedLR": (LORA16 + HEAD, LORA16),
+    "FedAP": (SET + HEAD, SET),
+    "MOON": (2 * SET + HEAD, 2 * SET),
+    "FedRep": (2 * SET + HEAD, 2 * SET),
+    "FedMatch": (2 * SET + HEAD, 2 * SET),
+    "FedMCP": (2 * SET + 2 * HEAD, SET),
+}
+
+
 def test_exact_parameter_shares_on_roberta_base():
-    """Table I's Param./Comm. columns on the real roberta-base architecture (no weights)."""
+    """Table I's Param./Comm. columns on the real roberta-base architecture (meta device, no
+    weights): exact counts per method at the paper's sizing, in the paper's ratios.
+
+    One adapter set is 0.4883 % of full FT (124,647,170), not Table I's 0.58 %, so every PEFT
+    share is ~0.843x the paper's (FedLR 0.818x: r = 16 holds 0.969x of a set; no rank is
+    closer than 3 %); the ratios between methods are the paper's: 2 : 1 for Param., and Comm. =
+    Param. for every baseline, to within the 1,538-parameter local head."""
+    from fedrepro.papers.fedmcp.grid import TABLE_METHODS
+    from fedrepro.papers.fedmcp.report import PAPER_NAMES, exact_shares
+    from fedrepro.reporting.reference import load_paper_results
+
+    full = 124_645_632 + HEAD
+    paper = load_paper_results()
+    paper = paper[(paper.paper == "fedmcp") & (paper.table == "Table I") & (paper.client == "all")]
+    ref = {(r.method, r.metric): float(r.value) for r in paper.itertuples()}
+    assert set(EXACT_PAPER) == set(TABLE_METHODS)
+    got = {m: exact_shares(m) for m in TABLE_METHODS}  # build_model's defaults = paper sizing
+    for m, (params, comm) in EXACT_PAPER.items():
+        assert (got[m]["params"], got[m]["comm"], got[m]["full_ft"]) == (params, comm, full), m
+    pct = {m: (round(s["param_pct"], 4), round(s["comm_pct"], 4)) for m, s in got.items()}
+    assert pct == {"FedAvg-FT": (100.0, 99.9988), "Local": (0.9778, 0.0),
+                   "FedAvg-PEFT": (0.9778, 0.9766), "FedLR": (0.4744, 0.4732),
+                   "FedAP": (0.4895, 0.4883), "MOON": (0.9778, 0.9766), "FedRep": (0.9778, 0.9766),
+                   "FedMatch": (0.9778, 0.9766), "FedMCP": (0.9790, 0.4883)}
+    # the paper's ratios: ours / paper is the same factor for every PEFT method (one adapter set
+    # 0.4883 % vs 0.58 %), FedLR within the LoRA rank's granularity
+    unit = 100.0 * SET / full / 0.58
+    assert unit == pytest.approx(0.8419, abs=1e-4)
+    for m in TABLE_METHODS:
+        name = PAPER_NAMES[m]
+        p_param = ref[name, "trainable_param_pct"]
+        assert got[m]["param_pct"] / p_param == pytest.approx(1.0 if m == "FedAvg-FT" else unit,
+                                                              rel=0.035), m
+        p_comm = ref.get((name, "comm_pct"))
+        if p_comm is None:  # Local: the paper prints no Comm.
+            assert m == "Local" and got[m]["comm"] == 0
+        else:
+            assert got[m]["comm_pct"] / p_comm == pytest.approx(1.0 if m == "FedAvg-FT" else unit,
+                                                                rel=0.035), m
+            # Comm. : Param. as in the paper (1 for every baseline, 1/2 for FedMCP)
+            assert got[m]["comm"] / got[m]["params"] == pytest.approx(p_comm / p_param, rel=0.003), m
+    # LoRA granularity: no rank on q, v is nearer one adapter set than r = 16 (0.969x) or 17 (1.030x)
+    assert LORA16 / SET == pytest.approx(0.9691, abs=1e-4)
+    assert exact_shares("FedLR", {"lora_r": 17})["comm"] / SET == pytest.approx(1.0297, abs=1e-4)
+
+
+def test_single_sizing_keeps_the_earlier_sizes():
+    """``baseline_adapters: single`` and FedPETuning's LoRA (r 8) give the earlier counts."""
     from fedrepro.papers.fedmcp.report import exact_shares
 
-    full = 124_645_632 + 768 * 2 + 2
-    mcp = exact_shares("FedMCP")
-    assert mcp["full_ft"] == full
-    assert mcp["comm"] == 608_640 and mcp["params"] == 2 * 608_640 + 2 * 1_538
-    assert round(mcp["comm_pct"], 4) == 0.4883 and round(mcp["param_pct"], 4) == 0.9790
-    assert exact_shares("FedAvg-PEFT")["comm"] == 2 * 608_640
-    assert exact_shares("FedAP")["params"] == 608_640 + 1_538
-    assert exact_shares("FedLR", {"lora_r": 8})["comm"] == 12 * 2 * 2 * 768 * 8  # q, v: A and B
-    assert exact_shares("FedAvg-FT")["param_pct"] == 100.0
-    assert exact_shares("Local")["comm"] == 0
+    single = {"baseline_adapters": "single", "lora_r": 8, "lora_alpha": 16}
+    expected = dict(EXACT_PAPER, MOON=(SET + HEAD, SET), FedRep=(SET + HEAD, SET),
+                    FedMatch=(2 * SET + HEAD, SET), FedLR=(294_912 + HEAD, 294_912))
+    for m, (params, comm) in expected.items():
+        s = exact_shares(m, single)
+        assert (s["params"], s["comm"]) == (params, comm), m
+    assert round(exact_shares("MOON", single)["param_pct"], 4) == 0.4895
+    assert round(exact_shares("FedLR", single)["comm_pct"], 4) == 0.2366
+
+
+def test_fedmatch_cell_keeps_each_clients_patch(world, tmp_path, monkeypatch):
+    """Paper sizing through the runner: FedMatch uploads its patch A_p (the server averages it,
+    as the authors' code does) but each client continues from its own A_p, never the average."""
+    import torch
+
+    from fedrepro.fl.checkpoint import checkpoint_paths, load_state
+    from fedrepro.papers.fedmcp import task as mcp_task
+
+    starts = {}
+    real, real_round = mcp_task.local_update, mcp_task.client_train_round
+
+    def spy(model, spec, batches, hp, server_state, prev_sent):
+        if server_state is not None:  # what the round trains from, after the server's average
+            model.load_shared_state(server_state)
+        starts[spy.key] = {k: v.clone() for k, v in model.net.adapters["private"].state_dict().items()}
+        return real(model, spec, batches, hp, server_state, prev_sent)
+
+    def round_spy(cell, client, round_index, server_state):
+        spy.key = (client, round_index)
+        return real_round(cell, client, round_index, server_state)
+
+    monkeypatch.setattr(mcp_task, "local_update", spy)
+    monkeypatch.setattr(mcp_task, "client_train_round", round_spy)
+    cell = dict(_cell(world, tmp_path, "FedMatch", rounds=2, name="fedmatch"), keep_round_checkpoints=True)
+    out = _run(cell)
+    server1 = load_state(checkpoint_paths(cell["out_dir"], 1)[0])
+    assert {k.split(".", 1)[0] for k in server1} == {"global", "private"}  # the patch is uploaded
+    assert sorted(starts) == sorted((c, r) for c in TASKS for r in (1, 2))
+    for client in TASKS:
+        r1 = load_state(out / "clients" / client / "round_001.safetensors")
+        own = {k: r1[f"private.net.adapters.private.{k}"] for k in starts[client, 2]}
+        assert all(torch.equal(r1[f"sent.private.{k}"], v) for k, v in own.items())  # uploaded
+        round2 = starts[client, 2]
+        assert all(torch.equal(round2[k], own[k]) for k in own), client  # its own patch...
+        assert any(not torch.equal(round2[k], server1[f"private.{k}"]) for k in own)  # ...not the average
+
+
+def test_make_cell_passes_sizing_and_full_ft_rate():
+    """The config's ``baseline_adapters`` and ``train.full_ft_lr`` reach the cell and the client."""
+    import copy
+
+    from helpers import configs, deep_update
+
+    from fedrepro.papers.fedmcp import grid
+    from fedrepro.papers.fedmcp.methods import LocalHParams
+
+    demo, paper = configs()
+    merged = copy.deepcopy(demo)
+    deep_update(merged, paper)  # as Snakemake merges --configfile config/paper.yaml
+    for config, lr in ((demo, 2e-4), (merged, 2e-5)):
+        cell = grid.make_cell(config, "roberta-base", "FedAvg-FT", 1)
+        assert cell["model"]["baseline_adapters"] == "paper"
+        assert cell["model"]["lora_r"] == 16 and cell["model"]["lora_alpha"] == 32
+        assert LocalHParams.from_config(cell["train"]).full_ft_lr == pytest.approx(lr)
 
 
 @pytest.mark.parametrize("method", ["FedMCP", "MOON"])

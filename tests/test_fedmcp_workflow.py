@@ -36,6 +36,10 @@ def test_fedmcp_targets_build_on_a_smoke_config(tmp_path):
     assert t1.loc[t1.Method == "FedMCP", "Avg paper"].item() == 85.11
     fedmcp = t1[t1.Method == "FedMCP"].iloc[0]
     assert round(fedmcp["comm_pct roberta-base"], 4) == 0.4883 and fedmcp["comm_pct paper"] == 0.58
+    moon = t1[t1.Method == "MOON"].iloc[0]  # paper sizing: two adapter sets, both sent
+    assert round(moon["param_pct roberta-base"], 4) == 0.9778 and moon["param_pct paper"] == 1.16
+    assert round(moon["comm_pct roberta-base"], 4) == 0.9766 and moon["comm_pct paper"] == 1.16
+    assert "baseline_adapters: paper" in (tmp_path / "results/tables/fedmcp_table1.md").read_text()
     assert (t1.scale == "demo").all()
     assert "DEMO" in (tmp_path / "results/tables/fedmcp_table1.md").read_text()
     t2 = pd.read_csv(tmp_path / "results/tables/fedmcp_table2.csv")

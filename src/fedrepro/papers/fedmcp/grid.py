@@ -82,7 +82,8 @@ def target_files(config: dict, target: str, name: str) -> list[str]:
 def make_cell(config: dict, backbone: str, method: str, seed: int | str) -> dict:
     """One FedMCP run: six GLUE-task clients, one method, one training seed."""
     f = cfg(config)
-    spec = get_method(method)
+    sizing = str(f.get("baseline_adapters", "paper"))
+    spec = get_method(method, sizing)
     bb = backbone_settings(config, backbone)
     clients = list(section(section(config, "partitions"), "fedmcp")["tasks"])
     root = clients_dir(config)
@@ -99,7 +100,8 @@ def make_cell(config: dict, backbone: str, method: str, seed: int | str) -> dict
         "eval_clients": clients,
         "client_data": {c: f"{root}/{c}" for c in clients},
         "max_length": int(min(f["max_length"], bb["max_source_length"])),
-        "model": {"bottleneck": int(bb["bottleneck"]), **dict(f.get("lora") or {})},
+        "model": {"bottleneck": int(bb["bottleneck"]), **dict(f.get("lora") or {}),
+                  "baseline_adapters": sizing},
         "train": dict(f["train"]),
         "eval_batch_size": int(f["eval_batch_size"]),
         "eval_every_round": bool(f.get("eval_every_round", True)),

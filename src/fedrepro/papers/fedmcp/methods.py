@@ -5,21 +5,28 @@
 method         trainable           sent to the server          client objective (one round)
 =============  ==================  ==========================  ================================
 Local          A_g, A_p, g1        nothing                     CE(g1, both adapters)
-FedAvg-FT      backbone, head      every backbone parameter    CE(head, full fine-tuning)
+FedAvg-FT      backbone, head      every backbone parameter    CE(head, full fine-tuning),
+                                                               Adam at ``full_ft_lr`` (2e-5)
 FedAvg-PEFT    A_g, A_p, g1        A_g and A_p                 CE(g1, both adapters)
 FedLR          LoRA(q, v), head    LoRA tensors                CE(head, backbone + LoRA)
 FedAP          A_g, g2             A_g                         CE(g2, backbone + A_g)
-MOON           A_g, g2             A_g                         CE(g2) + μ_moon·ℓ_con (MOON §3.3)
-FedRep         A_g (body), g2      A_g                         head epochs (body frozen), then
-                                                               body epochs (head frozen), CE(g2)
-FedMatch       A_g, A_p, g1        A_g (shared "backbone")     CE(g1, both adapters); A_p is the
-                                                               private patch
+MOON           A_g, A_p, g1        A_g and A_p                 CE(g1) + μ_moon·ℓ_con (MOON §3.3)
+FedRep         A_g, A_p (body), g1 A_g and A_p                 head epochs (body frozen), then
+                                                               body epochs (head frozen), CE(g1)
+FedMatch       A_g, A_p, g1        A_g and A_p (uploaded);     CE(g1, both adapters); A_p is the
+                                   only A_g is loaded back     private patch
 FedMCP         A_g, A_p, g1, g2    A_g                         eq. 8: (1−γ)L_a + γL_b + μL_c
 FedMCP-noLc    as FedMCP           A_g                         eq. 8 with μ = 0
 FedMCP-noLb    as FedMCP           A_g                         eq. 8 with γ = 0
 FedMCP-cos     as FedMCP           A_g                         eq. 8, Sim = cosine (§V-E, Fig. 4)
 FedMCP-cls     as FedMCP           A_g                         eq. 8, X/Y/Z = <s> state (Fig. 5)
 =============  ==================  ==========================  ================================
+
+This is the default sizing, ``baseline_adapters: "paper"`` (config ``fedmcp.baseline_adapters``):
+Table I's Param. / Comm. columns (1.16 % = two adapter sets, 0.58 % = one, §V-D "0.58% for 1 and
+1.16% for 2") for every method.  ``baseline_adapters: "single"`` is the earlier sizing
+(:data:`SINGLE_SET_BASELINES`): MOON and FedRep on one adapter set (A_g + g2, sent: A_g) and
+FedMatch's private patch A_p never uploaded.
 
 A_g / A_p are the global / private Houlsby adapter sets of
 :class:`fedrepro.papers.fedmcp.model.DualAdapterRoberta` (r = 16, §V-C); g1 is its head on
@@ -31,7 +38,7 @@ One interface for every method (see :func:`build_model`)::
 
     model(input_ids, attention_mask) -> (logits, pooled)   # the model the client is evaluated with
     model.shared_state() -> OrderedDict[str, Tensor]        # exactly what goes to the server
-    model.load_shared_state(state)                          # exact key check
+    model.load_shared_state(state)                          # exact key check; upload-only parts kept
     model.trainable_parameters()
 
 :func:`local_update` runs one client round (Algorithm 1, LocalUpdate) and :func:`shared_share`
@@ -43,30 +50,41 @@ Choices the paper leaves open (all ours)
   last-layer token states (the FedMCP representation of §IV-D); FedAvg-FT and FedLR get the same
   kind of head rather than ``RobertaForSequenceClassification``'s two-layer ``<s>`` head, so the
   only difference between methods is what is trained and shared.
-* **Local and FedAvg-PEFT use both adapter sets** ("both" mode, g1): Table I lists 1.16 %
-  trainable for them, i.e. two adapter sets.  FedAP uses one (0.58 %).
-* **MOON and FedRep use one adapter set** (A_g + g2), as the brief for this module asks, although
-  Table I lists 1.16 % trainable *and communicated* for both -- which would mean two averaged
-  sets.  The paper gives no further detail; with one set they are directly comparable to FedAP.
-* **MOON.**  ℓ_con (:func:`fedrepro.papers.fedmcp.losses.moon_contrastive_loss`) on the mean-pooled
-  representation of backbone + A_g (MOON's projection head is not used: the paper says only that
-  MOON contrasts "the representations learned by the local models and the global model").
-  z_glob: the *received* server adapter, z_prev: the client's adapter after its previous round
-  (``prev_shared_state``; both computed per batch without grad).  In the first round, with no
-  previous model, z_prev = z_glob (as MOON's reference code, whose "previous" model pool starts as
-  the global model): the term is then the constant log 2 with zero gradient.  μ_moon = 1 and
-  τ = 0.5 by default (MOON's defaults for its text-free benchmarks; the paper states neither).
-* **FedRep.**  Body = A_g (averaged), head = g2 (local).  Each round: ``head_epochs`` epochs on
-  g2 with A_g frozen, then ``epochs`` epochs on A_g with g2 frozen (FedRep Algorithm 1); a fresh
-  Adam per phase.
+* **Sizing: every baseline as large as Table I says** (``baseline_adapters: paper``).  §V-B:
+  "all baselines except FedAvg (Full FT) only fine-tune the additional adapter modules while
+  keeping the architecture ... the same as FedMCP", and Table I lists 1.16 % trainable for
+  Local, FedAvg (PEFT), MOON, FedRep and FedMatch (two adapter sets), 0.58 % for FedAP and FedLR
+  (one), and 1.16 % *communicated* for FedAvg (PEFT), MOON, FedRep and FedMatch.  So Local,
+  FedAvg-PEFT, MOON, FedRep and FedMatch train A_g + A_p with head g1 (mode ``"both"``); FedAP
+  trains A_g + g2; FedLR's LoRA rank is chosen so that it holds about one adapter set (see
+  FedLR).  ``baseline_adapters: single`` keeps the earlier variants (MOON, FedRep on A_g + g2;
+  FedMatch uploading A_g only).
+* **MOON.**  All trainable adapters (A_g and A_p) form MOON's single global model and are
+  averaged; ℓ_con (:func:`fedrepro.papers.fedmcp.losses.moon_contrastive_loss`) on the
+  mean-pooled representation of the evaluated model (both adapters; one in the ``single``
+  variant).  MOON's projection head is not used: the paper says only that MOON contrasts "the
+  representations learned by the local models and the global model".  z_glob: the *received*
+  server adapters, z_prev: the client's adapters after its previous round (``prev_shared_state``;
+  both computed per batch without grad).  In the first round, with no previous model, z_prev =
+  z_glob (as MOON's reference code, whose "previous" model pool starts as the global model): the
+  term is then the constant log 2 with zero gradient.  μ_moon = 1 and τ = 0.5 by default (MOON's
+  defaults for its text-free benchmarks; the paper states neither).
+* **FedRep.**  Body = the averaged adapter sets (A_g and A_p; A_g alone in ``single``), head =
+  the local classifier (g1; g2 in ``single``).  Each round: ``head_epochs`` epochs on the head
+  with the body frozen, then ``epochs`` epochs on the body with the head frozen (FedRep
+  Algorithm 1); a fresh Adam per phase.
 * **FedMatch** (Chen et al., CIKM 2021, the paper's [27]; §II: "the shared backbone learns common
   knowledge and the private patch holds information specific to each client").  With a frozen PLM
   the trainable "backbone" becomes the shared adapter A_g and the "patch" the private adapter A_p,
-  combined as in FedMCP (h + ½a_g(h) + ½a_p(h)), trained jointly with CE on the full model (g1);
-  only A_g is averaged.  The roles are separated by aggregation alone -- no contrastive or
-  backbone-only loss -- so FedMatch here is exactly FedMCP without L_b and L_c, which is what
-  makes it the natural architectural control.  Table I's 1.16 % *communicated* for FedMatch
-  would mean both adapters are sent, contradicting a private patch; we keep the patch private.
+  combined as in FedMCP (h + ½a_g(h) + ½a_p(h)), trained jointly with CE on the full model (g1).
+  Table I's 1.16 % communicated is what the authors' code does (Chriskuei/FedMatch,
+  ``src/trainer.py``): the server averages *every* tensor of every client's network, patch
+  included, and each client then loads back only the shared keys, keeping its own patch
+  (``fed_type`` ``fed_vertical`` / ``pals``).  So here both adapter sets are uploaded
+  (:attr:`MethodSpec.upload_only` = A_p: averaged by the server, never loaded back) and only A_g
+  is replaced by the average.  The roles are separated by aggregation alone -- no contrastive or
+  backbone-only loss -- so FedMatch here is FedMCP without L_b and L_c (and with A_p uploaded).
+  ``single``: A_p is never uploaded (0.58 % communicated).
 * **FedMCP** (Algorithm 1, eq. 8).  Per batch, four forward passes on the same input:
   ``"both"`` → g1 logits (L_a); ``"global"`` → g2 logits (L_b) *and* X (same pass);
   ``"private"`` → Y; ``"global"`` with A_g replaced by the received server average (via
@@ -77,13 +95,20 @@ Choices the paper leaves open (all ours)
   mean-pooled representation (§V-E changes "sentence representation in model-contrastive
   personalization").
 * **Optimiser.**  Adam (lr 5e-4, §V-C), a fresh one each round (the paper does not say whether
-  Adam's moments persist across rounds); no weight decay, no scheduler.
+  Adam's moments persist across rounds); no weight decay, no scheduler.  FedAvg (Full FT) trains
+  all of roberta-base, for which 5e-4 (the adapters' rate) is far above any standard fine-tuning
+  rate; the paper gives none, so it has its own ``full_ft_lr`` (default 2e-5, Adam: the middle of
+  RoBERTa's GLUE fine-tuning grid {1e-5, 2e-5, 3e-5}, Liu et al. 2019, Table 10).
 * **Dropout.**  The frozen backbone runs in eval mode (no dropout) for every PEFT method, as
   :class:`DualAdapterRoberta` does; FedLR's ``lora_dropout`` defaults to 0.  FedAvg-FT trains the
   backbone in train mode (ordinary fine-tuning dropout).
-* **FedLR** (FedPETuning's LoRA baseline): ``peft`` ``LoraConfig(r=8, lora_alpha=16,
-  target_modules=["query", "value"])``.  On roberta-base this communicates 294,912 parameters
-  (0.24 % of full FT), not Table I's 0.58 %; raise ``lora_r`` to match the paper's budget.
+* **FedLR** (FedPETuning's LoRA baseline): ``peft`` ``LoraConfig(target_modules=["query",
+  "value"])``.  Table I gives it 0.58 %, one adapter set.  On roberta-base a rank-r LoRA on q, v
+  holds 12·2·2·768·r = 36,864·r parameters and one adapter set 608,640, which no integer rank
+  matches: r = 16 (589,824, 0.969× the set; 0.473 % of full FT) and r = 17 (626,688, 1.030×)
+  bracket it; the default is r = 16, the adapters' own bottleneck, with α = 32 (α/r = 2, the
+  scaling of FedPETuning's r = 8, α = 16).  FedPETuning's r = 8, α = 16 (294,912 parameters,
+  0.24 %) is ``fedmcp.lora: {lora_r: 8, lora_alpha: 16}``.
 """
 
 from __future__ import annotations
@@ -106,7 +131,10 @@ class MethodSpec:
     """One row of the table in the module docstring.
 
     ``kind``: ``"adapters"`` (DualAdapterRoberta), ``"full_ft"`` or ``"lora"``.
-    ``trained`` / ``shared``: adapter roles and heads trained / sent (adapter kind only).
+    ``trained`` / ``shared``: adapter roles and heads trained / sent and loaded back from the
+    server's average (adapter kind only).  ``upload_only``: adapter roles also sent (and averaged
+    by the server) but never loaded back -- the client keeps its own (FedMatch's private patch in
+    the authors' code).
     ``eval_mode``: DualAdapterRoberta mode of the evaluated model (``"both"`` → g1,
     ``"global"`` → g2).  ``objective``: ``"ce" | "moon" | "fedrep" | "fedmcp"``.
     ``gamma`` / ``mu``: fixed overrides of ``hp.gamma`` / ``hp.mu`` (ablations), else None.
@@ -123,21 +151,29 @@ class MethodSpec:
     rep_pooling: str = "mean"
     gamma: float | None = None
     mu: float | None = None
+    upload_only: tuple[str, ...] = ()
+
+    @property
+    def sent(self) -> tuple[str, ...]:
+        """Adapter roles uploaded each round (Table I's Comm.)."""
+        return self.shared + self.upload_only
 
 
 _BOTH = ("global", "private", "g1")
 _ONE = ("global", "g2")
 _MCP = ("global", "private", "g1", "g2")
+_SETS = ("global", "private")
 
 METHODS: dict[str, MethodSpec] = {
     "Local": MethodSpec("Local", "adapters", False, _BOTH, (), "both"),
     "FedAvg-FT": MethodSpec("FedAvg-FT", "full_ft", True),
-    "FedAvg-PEFT": MethodSpec("FedAvg-PEFT", "adapters", True, _BOTH, ("global", "private")),
+    "FedAvg-PEFT": MethodSpec("FedAvg-PEFT", "adapters", True, _BOTH, _SETS),
     "FedLR": MethodSpec("FedLR", "lora", True),
     "FedAP": MethodSpec("FedAP", "adapters", True, _ONE, ("global",), "global"),
-    "MOON": MethodSpec("MOON", "adapters", True, _ONE, ("global",), "global", "moon"),
-    "FedRep": MethodSpec("FedRep", "adapters", True, _ONE, ("global",), "global", "fedrep"),
-    "FedMatch": MethodSpec("FedMatch", "adapters", True, _BOTH, ("global",), "both"),
+    "MOON": MethodSpec("MOON", "adapters", True, _BOTH, _SETS, "both", "moon"),
+    "FedRep": MethodSpec("FedRep", "adapters", True, _BOTH, _SETS, "both", "fedrep"),
+    "FedMatch": MethodSpec("FedMatch", "adapters", True, _BOTH, ("global",), "both",
+                           upload_only=("private",)),
     "FedMCP": MethodSpec("FedMCP", "adapters", True, _MCP, ("global",), "both", "fedmcp"),
     "FedMCP-noLc": MethodSpec(
         "FedMCP-noLc", "adapters", True, _MCP, ("global",), "both", "fedmcp", mu=0.0
@@ -152,11 +188,28 @@ METHODS: dict[str, MethodSpec] = {
         "FedMCP-cls", "adapters", True, _MCP, ("global",), "both", "fedmcp", rep_pooling="cls"
     ),
 }
+"""The methods at Table I's sizing (``baseline_adapters: paper``, the default)."""
+
+SINGLE_SET_BASELINES: dict[str, MethodSpec] = {
+    "MOON": MethodSpec("MOON", "adapters", True, _ONE, ("global",), "global", "moon"),
+    "FedRep": MethodSpec("FedRep", "adapters", True, _ONE, ("global",), "global", "fedrep"),
+    "FedMatch": MethodSpec("FedMatch", "adapters", True, _BOTH, ("global",), "both"),
+}
+"""``baseline_adapters: single``: the earlier, smaller MOON / FedRep (one adapter set, 0.49 %)
+and a FedMatch whose private patch never leaves the client (0.49 % sent)."""
+
+BASELINE_ADAPTERS = ("paper", "single")
 
 
-def get_method(method: str | MethodSpec) -> MethodSpec:
+def get_method(method: str | MethodSpec, baseline_adapters: str = "paper") -> MethodSpec:
+    """The spec of ``method`` at the given baseline sizing (``"paper"`` or ``"single"``)."""
     if isinstance(method, MethodSpec):
         return method
+    if baseline_adapters not in BASELINE_ADAPTERS:
+        raise InputError(f"fedmcp.baseline_adapters must be one of {list(BASELINE_ADAPTERS)}, "
+                         f"got {baseline_adapters!r}")
+    if baseline_adapters == "single" and method in SINGLE_SET_BASELINES:
+        return SINGLE_SET_BASELINES[method]
     try:
         return METHODS[method]
     except KeyError:
@@ -165,10 +218,12 @@ def get_method(method: str | MethodSpec) -> MethodSpec:
 
 @dataclasses.dataclass(frozen=True)
 class LocalHParams:
-    """Client settings: Adam lr 5e-4, one epoch per round, γ = 0.5, μ = 0.05 (§V-C); MOON's
-    μ and τ (MOON defaults 1 and 0.5); FedRep's head epochs per round."""
+    """Client settings: Adam lr 5e-4, one epoch per round, γ = 0.5, μ = 0.05 (§V-C); FedAvg
+    (Full FT)'s own rate (2e-5: not in the paper, see the module docstring); MOON's μ and τ (MOON
+    defaults 1 and 0.5); FedRep's head epochs per round."""
 
     lr: float = 5e-4
+    full_ft_lr: float = 2e-5
     epochs: int = 1
     gamma: float = 0.5
     mu: float = 0.05
@@ -202,22 +257,31 @@ class _FedModel(nn.Module):
     spec: MethodSpec
 
     def _shared_parameters(self) -> OrderedDict[str, nn.Parameter]:
+        """Every parameter sent to the server (its uplink)."""
         raise NotImplementedError
+
+    def _received_parameters(self) -> OrderedDict[str, nn.Parameter]:
+        """The sent parameters the server's average is loaded into (all of them, except
+        :attr:`MethodSpec.upload_only` roles)."""
+        return self._shared_parameters()
 
     def shared_state(self) -> OrderedDict[str, torch.Tensor]:
         """Exactly the tensors this method sends to the server (detached copies)."""
         return OrderedDict((k, p.detach().clone()) for k, p in self._shared_parameters().items())
 
     def load_shared_state(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Load the server's average into the shared parameters; key sets must match exactly."""
+        """Load the server's average into the received parameters.  ``state`` holds what was
+        sent (key sets must match exactly); upload-only tensors in it are checked, not loaded."""
         own = self._shared_parameters()
         _check_keys(own, state, f"{self.spec.name} shared")
+        received = self._received_parameters()
         with torch.no_grad():
             for k, p in own.items():
                 v = state[k]
                 if v.shape != p.shape:
                     raise ValueError(f"{k}: shape {tuple(v.shape)} != {tuple(p.shape)}")
-                p.copy_(v)
+                if k in received:
+                    p.copy_(v)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -241,12 +305,16 @@ class AdapterMethodModel(_FedModel):
             for p in module.parameters():
                 p.requires_grad_(name in spec.trained)
 
-    def _shared_parameters(self) -> OrderedDict[str, nn.Parameter]:
+    def _role_parameters(self, roles) -> OrderedDict[str, nn.Parameter]:
         return OrderedDict(
-            (f"{role}.{k}", p)
-            for role in self.spec.shared
-            for k, p in self.net.adapters[role].named_parameters()
+            (f"{role}.{k}", p) for role in roles for k, p in self.net.adapters[role].named_parameters()
         )
+
+    def _shared_parameters(self) -> OrderedDict[str, nn.Parameter]:
+        return self._role_parameters(self.spec.sent)
+
+    def _received_parameters(self) -> OrderedDict[str, nn.Parameter]:
+        return self._role_parameters(self.spec.shared)
 
     def forward(self, input_ids, attention_mask, mode: str | None = None, pooling: str = "mean"):
         mode = mode or self.spec.eval_mode
@@ -263,8 +331,8 @@ class AdapterMethodModel(_FedModel):
         return (head(mean) if head is not None else None), pooled
 
     def body_parameters(self) -> list[nn.Parameter]:
-        """FedRep's body (the global adapter set)."""
-        return list(self.net.adapters["global"].parameters())
+        """FedRep's body: the averaged adapter sets (A_g and A_p; A_g in the ``single`` sizing)."""
+        return [p for role in self.spec.shared for p in self.net.adapters[role].parameters()]
 
     def head_parameters(self) -> list[nn.Parameter]:
         return list((self.net.g1 if self.spec.eval_mode == "both" else self.net.g2).parameters())
@@ -283,6 +351,20 @@ class AdapterMethodModel(_FedModel):
                     params, "global adapter")
         _, pooled = torch.func.functional_call(
             self, params, (input_ids, attention_mask), {"mode": "global", "pooling": pooling}
+        )
+        return pooled
+
+    @torch.no_grad()
+    def representation_with_shared(self, shared_state, input_ids, attention_mask,
+                                   pooling: str = "mean") -> torch.Tensor:
+        """Pooled representation of the evaluated model (``spec.eval_mode``) with its received
+        adapter sets replaced by ``shared_state`` (keys as :meth:`shared_state`'s; upload-only
+        ones ignored), no grad, own adapters untouched: MOON's z_glob / z_prev."""
+        received = self._received_parameters()
+        _check_keys(self._shared_parameters(), shared_state, f"{self.spec.name} shared")
+        params = {f"net.adapters.{k}": v for k, v in shared_state.items() if k in received}
+        _, pooled = torch.func.functional_call(
+            self, params, (input_ids, attention_mask), {"pooling": pooling}
         )
         return pooled
 
@@ -349,18 +431,19 @@ def build_model(method: str | MethodSpec, backbone: nn.Module, num_labels: int,
                 cfg: Mapping | None = None) -> _FedModel:
     """Wrap a transformers ``RobertaModel`` (modified in place) into ``method``'s client model.
 
-    ``cfg`` keys (all optional): ``bottleneck`` (16), ``lora_r`` (8), ``lora_alpha`` (16),
-    ``lora_dropout`` (0.0).
+    ``cfg`` keys (all optional): ``bottleneck`` (16), ``lora_r`` (16), ``lora_alpha`` (32),
+    ``lora_dropout`` (0.0), ``baseline_adapters`` (``"paper"``; or ``"single"``, see
+    :func:`get_method`).
     """
-    spec = get_method(method)
     cfg = dict(cfg or {})
+    spec = get_method(method, str(cfg.get("baseline_adapters", "paper")))
     if spec.kind == "adapters":
         return AdapterMethodModel(spec, backbone, num_labels, int(cfg.get("bottleneck", 16)))
     if spec.kind == "full_ft":
         return FullFTModel(spec, backbone, num_labels)
     if spec.kind == "lora":
-        return LoraModel(spec, backbone, num_labels, r=int(cfg.get("lora_r", 8)),
-                         alpha=float(cfg.get("lora_alpha", 16)),
+        return LoraModel(spec, backbone, num_labels, r=int(cfg.get("lora_r", 16)),
+                         alpha=float(cfg.get("lora_alpha", 32)),
                          dropout=float(cfg.get("lora_dropout", 0.0)))
     raise ValueError(f"unknown method kind {spec.kind!r}")
 
@@ -392,11 +475,12 @@ def fedmcp_batch_loss(model: AdapterMethodModel, batch: Mapping, spec: MethodSpe
 
 def moon_batch_loss(model: AdapterMethodModel, batch: Mapping, hp: LocalHParams,
                     glob_state, prev_state):
-    """CE(g2) + μ_moon·ℓ_con(z, z_glob, z_prev) (MOON eq. 3–4); returns (loss, parts)."""
+    """CE + μ_moon·ℓ_con(z, z_glob, z_prev) (MOON eq. 3–4) on the evaluated model (both adapters
+    and g1; A_g and g2 in the ``single`` sizing); returns (loss, parts)."""
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
-    logits, z = model(ids, mask, mode="global")
-    z_glob = model.representation_with_global(glob_state, ids, mask)
-    z_prev = model.representation_with_global(prev_state, ids, mask)
+    logits, z = model(ids, mask)
+    z_glob = model.representation_with_shared(glob_state, ids, mask)
+    z_prev = model.representation_with_shared(prev_state, ids, mask)
     ce = F.cross_entropy(logits.float(), labels)
     con = moon_contrastive_loss(z, z_glob, z_prev, temperature=hp.moon_tau)
     return ce + hp.moon_mu * con, {"L_ce": float(ce.detach()), "L_con": float(con.detach())}
@@ -440,12 +524,17 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
     ``prev_shared_state``: MOON only, the client's shared state after its previous round.
 
     Returns ``{"loss": mean batch loss (pre-step), "n_examples": examples per epoch,
-    "n_steps", "phases", <mean loss parts>, <StepTimer measurements: seconds_steps,
-    seconds_per_step (+ peak_gpu_mb on CUDA)>}``; send ``model.shared_state()`` afterwards.
+    "n_steps", "phases", "lr" (the Adam rate used), <mean loss parts>, <StepTimer measurements:
+    seconds_steps, seconds_per_step (+ peak_gpu_mb on CUDA)>}``; send ``model.shared_state()``
+    afterwards.  The model's own spec (its sizing) decides; ``method`` must name it.
     """
     from fedrepro.devices import StepTimer, model_device
 
-    spec = get_method(method)
+    spec = model.spec  # the model's own sizing (get_method(name) would give the paper's)
+    named = method.name if isinstance(method, MethodSpec) else method
+    if named != spec.name:
+        raise ValueError(f"local_update for {named!r} on a {spec.name} model")
+    lr = hp.full_ft_lr if spec.kind == "full_ft" else hp.lr
     timer = StepTimer(model_device(model))
     if spec.federated and server_state is not None:
         model.load_shared_state(server_state)
@@ -459,16 +548,15 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
         return loss, {"L_ce": float(loss.detach())}
 
     if spec.objective == "ce":
-        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr, ce, stats, "all",
-             timer)
+        _run(model, model.trainable_parameters(), batches, hp.epochs, lr, ce, stats, "all", timer)
     elif spec.objective == "fedmcp":
         z_state = OrderedDict((k[len("global."):], v) for k, v in snapshot.items())
-        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr,
+        _run(model, model.trainable_parameters(), batches, hp.epochs, lr,
              lambda b: fedmcp_batch_loss(model, b, spec, hp, z_state), stats, "all", timer)
     elif spec.objective == "moon":
         prev = snapshot if prev_shared_state is None else prev_shared_state
         _check_keys(snapshot, prev, "MOON previous-round")
-        _run(model, model.trainable_parameters(), batches, hp.epochs, hp.lr,
+        _run(model, model.trainable_parameters(), batches, hp.epochs, lr,
              lambda b: moon_batch_loss(model, b, hp, snapshot, prev), stats, "all", timer)
     elif spec.objective == "fedrep":
         body, head = model.body_parameters(), model.head_parameters()
@@ -477,7 +565,7 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
             for p in frozen:
                 p.requires_grad_(False)
             try:
-                _run(model, trained, batches, epochs, hp.lr, ce, stats, phase, timer)
+                _run(model, trained, batches, epochs, lr, ce, stats, phase, timer)
             finally:
                 for p in frozen:
                     p.requires_grad_(True)
@@ -486,7 +574,7 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
     model.eval()
     steps = max(stats["_steps"], 1)
     out = {"loss": stats["_loss"] / steps, "n_steps": stats["_steps"],
-           "n_examples": stats["n_examples"], "phases": stats["phases"]}
+           "n_examples": stats["n_examples"], "phases": stats["phases"], "lr": lr}
     out.update({k: v / steps for k, v in stats["_parts"].items()})
     out.update(timer.stats())
     return out

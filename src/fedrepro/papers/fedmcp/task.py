@@ -82,13 +82,19 @@ def build_client_model(cell: dict, client: str, labels: int | None = None):
     return model.to(cell_device(cell))
 
 
-def _shared_ids(model) -> set[int]:
-    return {id(p) for p in model._shared_parameters().values()}
+def method_spec(cell: dict):
+    """The cell's method at its baseline sizing (``model.baseline_adapters``, default paper)."""
+    return get_method(cell["method"], str((cell.get("model") or {}).get("baseline_adapters", "paper")))
+
+
+def _received_ids(model) -> set[int]:
+    return {id(p) for p in model._received_parameters().values()}
 
 
 def private_state(model) -> OrderedDict[str, torch.Tensor]:
-    """Every trainable tensor that is not sent to the server (private adapter, heads...)."""
-    shared = _shared_ids(model)
+    """Every trainable tensor the server's average does not replace (private adapter, heads...;
+    FedMatch's patch, uploaded but kept, is both sent and private)."""
+    shared = _received_ids(model)
     return OrderedDict(
         (name, p.detach().clone())
         for name, p in model.named_parameters()
@@ -200,7 +206,7 @@ def accuracy(model, examples, batch_size: int, pad_id: int) -> tuple[float, list
 
 # -- the runner protocol ------------------------------------------------------------------
 def is_federated(cell: dict) -> bool:
-    return get_method(cell["method"]).federated
+    return method_spec(cell).federated
 
 
 CLIENT_STATE_PREFIX = "round_"
@@ -223,8 +229,8 @@ def client_train_round(
     from fedrepro.fl.checkpoint import latest_client_round, load_state, save_state
 
     configure_torch(cell["threads"])
-    spec = get_method(cell["method"])
     model = build_client_model(cell, client)
+    spec = model.spec
     prev_sent = None
     folder = client_state_path(cell, client, round_index).parent
     prev_round = latest_client_round(folder, CLIENT_STATE_PREFIX, round_index - 1) if round_index > 1 else 0
@@ -332,7 +338,7 @@ def parameter_report(cell: dict) -> dict:
     hidden = _encoder(str(cell["backbone_dir"]), int(cell["seed"])).config.hidden_size
     full_ft = backbone + hidden * 2 + 2
     trainable = sum(p.numel() for p in model.trainable_parameters())
-    shared = sum(v.numel() for v in model.shared_state().values()) if get_method(cell["method"]).federated else 0
+    shared = sum(v.numel() for v in model.shared_state().values()) if model.spec.federated else 0
     return {"full_finetune": full_ft, "trainable": trainable, "trainable_share": trainable / full_ft,
             "shared_per_round": shared, "shared_share": shared / full_ft}
 
