@@ -273,6 +273,42 @@ def test_guidance_travels_to_clients_and_the_server_updates_mg_and_rho_from_repl
     assert log[1]["guidance_bytes_down"] == log[1]["bytes_down"] // 2  # g̃ is as large as w_t
 
 
+def test_round_log_holds_the_rho_distribution_and_the_update_difference(world, tmp_path, spy):
+    """A FedSUMM cell under the ``update_direction`` reading: every round's log has each
+    client's distribution of ρ − 1 and the difference of the server update from FedAvg's, which
+    equals the one recomputed from the models the clients sent and the new global model; a rerun
+    gives the same bits."""
+    algorithm = {"epsilon": 0.1, "dldt": "inner_product", "reading": "update_direction"}
+    cell = _cell(world, tmp_path, "ct", "FedSUMM", "ud", algorithm=algorithm,
+                 keep_round_checkpoints=True)
+    out = _run(cell)
+    log = _rounds(out)
+    for t, entry in enumerate(log, start=1):
+        assert set(entry["rho_statistics"]) == set(CLIENTS)
+        for c, st in entry["rho_statistics"].items():
+            assert set(st) == {"parameter", "tensor", "group"}
+            assert st["group"]["min"] <= entry["rho"][c] - 1 <= st["group"]["max"]
+            assert st["parameter"]["min"] <= st["parameter"]["p50"] <= st["parameter"]["max"]
+        w_t = spy[(t, CLIENTS[0])]["received"]
+        w_next = load_state(checkpoint_paths(cell["out_dir"], t)[0])
+        fedavg = {k: sum(spy[(t, c)]["sent"][k] - w_t[k] for c in CLIENTS) / 3 for k in w_t}
+        d2 = sum(float(((w_next[k] - w_t[k]) - fedavg[k]).double().pow(2).sum()) for k in w_t)
+        a2 = sum(float(fedavg[k].double().pow(2).sum()) for k in w_t)
+        diff = entry["update_difference"]
+        assert diff["rel_diff"] == pytest.approx(math.sqrt(d2 / a2), rel=1e-3)
+        assert diff["norm_fedavg"] == pytest.approx(math.sqrt(a2), rel=1e-5)
+        # per-tensor ρ: the step is not FedAvg's rescaled
+        assert diff["rel_diff_beyond_scale"] > 1e-3 and "rel_diff_vs_rank" in diff
+    again = _run(_cell(world, tmp_path, "ct", "FedSUMM", "ud2", algorithm=algorithm,
+                       keep_round_checkpoints=True))
+    for name in ("adapters.safetensors", "train_log.json"):
+        assert (out / name).read_bytes() == (again / name).read_bytes()
+    # FedAvg logs ρ under the same reading, without an update difference
+    avg = _rounds(_run(_cell(world, tmp_path, "ct", "FedAvg", "ud-avg", algorithm=algorithm)))
+    assert avg[0]["rho"] == log[0]["rho"] and avg[0]["rho_statistics"] == log[0]["rho_statistics"]
+    assert all("update_difference" not in e for e in avg)
+
+
 def test_fedavg_and_fedsumm_differ_only_by_the_server_procedure(world, tmp_path):
     plain = {"epsilon": 0.0, "dldt": "off"}
     fedavg = _run(_cell(world, tmp_path, "bart", "FedAvg", "avg", algorithm=plain))

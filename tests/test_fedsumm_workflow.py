@@ -97,10 +97,12 @@ def test_bad_fedsumm_config_is_a_clear_error():
         wfs.make_cell(cfg, "csl", 4, "ct", "FedSUMM", 1)
     cfg = configs()[0]
     cfg["fedsumm"]["algorithm"]["rho_window"] = "weekly"
+    cfg["fedsumm"]["algorithm"]["reading"] = "per_row"
     cfg["fedsumm"]["dp"]["sigma"] = 1.0
     with pytest.raises(InputError) as err:
         validate_config(cfg, ROOT / "config" / "schema.yaml", source="config/config.yaml")
     assert "fedsumm.algorithm.rho_window" in str(err.value) and "sigma" in str(err.value)
+    assert "fedsumm.algorithm.reading" in str(err.value)
 
 
 def test_dp_keys_are_validated_in_the_schema_and_in_code_naming_the_key():
@@ -182,6 +184,10 @@ def test_every_fedsumm_target_builds_on_a_smoke_config(tmp_path):
     assert set(f5[f5.panel == "a"]["round"]) == {1, 2} and set(f5[f5.panel == "b"]["n"]) == {2, 3}
     f6 = pd.read_csv(tmp_path / "results/figures/fedsumm_figure6.csv")
     assert set(f6.regime) == {"FedAvg", "FedSUMM"} and f6.rho_mean.notna().all()
+    # the ρ distribution per round for both regimes, the update difference for FedSUMM's rounds
+    assert f6[["param_p1", "param_p50", "param_p99", "tensor_max", "group_max"]].notna().all().all()
+    summ = f6[f6.regime == "FedSUMM"]
+    assert summ.update_rel_diff.gt(0).all() and f6[f6.regime == "FedAvg"].update_rel_diff.isna().all()
     for fig in ("figure3", "figure4", "figure5", "figure6"):
         assert (tmp_path / f"results/figures/fedsumm_{fig}.png").stat().st_size > 1000
     dp = pd.read_csv(tmp_path / "results/figures/fedsumm_dp_tradeoff.csv")

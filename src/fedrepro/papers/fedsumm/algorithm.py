@@ -26,19 +26,51 @@ eq. 7, before the step).  It orders MG and is reported as the training loss.
 outside S_t keep their old entry), sorted ascending by their latest ``l^c`` (ties by client id).
 
 **ρ — discrepancy ratio, eq. 5–6.**  σ = softmax over the parameter entries i of a model
-(eq. 6), taken over the concatenation of all shared parameters (``rho_scope="global"``) or per
-tensor (``"per_tensor"``: ρ is then the mean of the per-tensor ratios).  σ_c,t: client c's
+(eq. 6), under the ``literal`` reading (below) taken over the concatenation of all shared
+parameters (``rho_scope="global"``) or per tensor (``"per_tensor"``: ρ is then the mean of the
+per-tensor ratios).  σ_c,t: client c's
 parameters returned in round t; σ_g,t: the global model of round t, either this round's plain
 mean of the returned client models — the model "after global optimization" — (``rho_reference=
 "round_mean"``, default) or the broadcast w_t (``"broadcast"``).  The sums over t ∈ T run over the
 rounds client c took part in so far (``rho_window="cumulative"``, eq. 5 as printed) or only the
-current round (``"round"``).  Eq. 5 is a ratio of vectors; the scalar ρ is
-``rho_reduction="expected"`` (default): ``Σ_i p_i · S_c,i / S_g,i`` with ``p = S_c / Σ S_c``, the
-element-wise ratio averaged under the client's own normalised distribution (= 1 + χ²(p‖q) ≥ 1,
-equal to 1 iff the normalised sums agree, matching §IV-B's "the closer to 1, the lower the drift"),
-or ``"mean"``: ``(1/d) Σ_i S_c,i / S_g,i``, the plain mean over parameter entries (it is exactly 1
-whenever the global σ is uniform, whatever the client, and can fall below 1).  Both are 1 when
-client and global coincide.
+current round (``"round"``).  Eq. 5 is a ratio of vectors, ``ρ_i = p_i / q_i`` with
+``p = S_c / Σ S_c`` and ``q = S_g / Σ S_g`` (both sums are |T|, so this is ``S_c,i / S_g,i``;
+normalising both in float64 removes the float32 softmaxes' normalisation error, ~1e-6 at 2·10^5
+entries — the size of the whole literal signal at δ = 1e-3); the scalar ρ is
+``rho_reduction="expected"`` (default): ``Σ_i p_i · ρ_i``, the element-wise ratio averaged under
+the client's own normalised distribution (= 1 + χ²(p‖q) ≥ 1, equal to 1 iff the normalised sums
+agree, matching §IV-B's "the closer to 1, the lower the drift"), or ``"mean"``: ``(1/d) Σ_i ρ_i``,
+the plain mean over parameter entries (it is exactly 1 whenever the global σ is uniform, whatever
+the client, and can fall below 1).  Both are 1 when client and global coincide.
+
+**Readings of the modulation** (``reading``; issue 14).  Under eq. 6 as printed (softmax over all
+raw parameters) a client's σ differs from the global one by a factor ``exp(δ_i)/E_q[exp(δ)]`` for
+per-entry deviations δ, so ρ_i − 1 ≈ δ_i − E_q δ = O(δ) per entry and the scalar ρ − 1 ≈ Var_q(δ)
+= O(δ²): with δ ~ 1e-3 ρ − 1 ~ 1e-6, the server step is FedAvg's times (1 + ε·ρ) ≈ (1 + ε), the
+same for every client, and neither the sort of MG nor Fig. 6 can show anything.  The readings:
+
+* ``literal`` (default): σ over the raw parameters, one softmax over all of them (``rho_scope:
+  global``; ``per_tensor`` gives one softmax per tensor and ρ = the mean of the per-tensor
+  values); one scalar ρ_c per client scales its whole g̃.
+* ``per_tensor``: one softmax per tensor of raw parameters; each tensor k has its own ρ_{c,k}
+  and g̃_k = MG[v]_k · ε · ρ_{c,k}.  ρ_c (logged, sent, Fig. 6) is the mean over tensors.
+* ``per_layer``: the same per layer (:func:`layer_key`: the tensors of ``…layers.<i>`` together,
+  every other module on its own); g̃ of a layer's tensors scaled by that layer's ρ.
+* ``update_direction``: σ over each client's update direction ``w^c − w_t`` instead of the
+  weights, each tensor scaled to unit RMS first (:func:`unit_rms`; "after normalizing … gradient
+  parameters", §III-C) so that the softmax compares directions, not step sizes; the global σ is
+  that of the round's mean update ``mean_c(w^c) − w_t`` (so ``rho_reference: round_mean``); one
+  softmax and one ρ per tensor, applied per tensor.  ρ − 1 is then O(1) where a client's update
+  points elsewhere than the mean update.
+* ``update_direction_raw``: the same without the unit-RMS scaling (σ of the raw updates, whose
+  entries are O(δ): as inert as ``literal``; kept to show it).
+
+Every reading keeps eq. 5's ratio of sums over t ∈ T (``rho_window``), the scalar reduction
+(``rho_reduction``) per softmax group, and the adapter's form ``g̃ = MG[v]·ε·ρ``.  Per round the
+log holds each client's distribution of ρ − 1 (:func:`rho_statistics`: per parameter entry, per
+tensor, per softmax group) and how far the server update is from FedAvg's on the same replies
+(:func:`update_difference`, and the same against the other memory assignment: what the sort by
+loss changes); FedAvg cells log ρ under the same reading (Fig. 6).
 
 **The modulated gradient (Algorithm 1, gradient_adapter).**  ``g̃ = MG[v] · ε · ρ_c`` when
 ``| ‖MG[v]‖₂ − 1 | > unit_norm_tolerance`` (the "‖∇‖ ≠ 1" test, with ‖·‖ the L2 norm over all
@@ -101,7 +133,11 @@ from fedrepro.io import InputError, atomic_path
 
 Tensors = Mapping[str, torch.Tensor]
 
+READINGS = ("literal", "per_tensor", "per_layer", "update_direction", "update_direction_raw")
+"""Readings of eq. 5–6 and of how ρ modulates (``fedsumm.algorithm.reading``, module docstring)."""
+
 _CHOICES = {
+    "reading": READINGS,
     "client_gradient": ("delta", "mean_batch_gradient"),
     "memory_assignment": ("own", "rank"),
     "rho_reduction": ("mean", "expected"),
@@ -124,9 +160,15 @@ def _dataclass_from_config(cls, cfg: Mapping | None, key: str):
 
 @dataclasses.dataclass(frozen=True)
 class FedSummConfig:
-    """Every reading of Algorithm 1 / eq. 4–7 that the paper leaves open (module docstring)."""
+    """Every reading of Algorithm 1 / eq. 4–7 that the paper leaves open (module docstring).
+
+    The defaults here are the text as printed (``reading="literal"``); both configs choose
+    ``reading: update_direction``, the one reading under which ρ and the sort of MG act
+    (docs/decisions-fedsumm.md, *Readings of the modulation*).
+    """
 
     epsilon: float = 0.1
+    reading: str = "literal"
     client_gradient: str = "delta"
     memory_assignment: str = "own"
     rho_reduction: str = "expected"
@@ -153,6 +195,41 @@ class FedSummConfig:
             raise InputError("fedsumm.algorithm.unit_norm_tolerance must be >= 0")
         if self.clients_per_round is not None and self.clients_per_round < 1:
             raise InputError("fedsumm.algorithm.clients_per_round must be >= 1 (or null for all)")
+        if self.reading != "literal" and self.rho_scope != "global":
+            raise InputError(
+                f"fedsumm.algorithm.rho_scope = {self.rho_scope!r} applies to reading 'literal' "
+                f"only; reading {self.reading!r} sets its own softmax scope (leave rho_scope global)"
+            )
+        if self.rho_input == "update" and self.rho_reference != "round_mean":
+            raise InputError(
+                f"fedsumm.algorithm.reading {self.reading!r} compares each client's update with "
+                "the round's mean update: it needs rho_reference: round_mean (the broadcast "
+                "model's own update is zero)"
+            )
+
+    # -- what the reading fixes (module docstring, "Readings of eq. 5-6") --------------------
+    @property
+    def softmax_scope(self) -> str:
+        """The entries one softmax of eq. 6 runs over: ``global``, ``per_tensor`` or ``per_layer``."""
+        if self.reading == "literal":
+            return self.rho_scope
+        return "per_layer" if self.reading == "per_layer" else "per_tensor"
+
+    @property
+    def rho_input(self) -> str:
+        """``weights`` (σ of the parameters, eq. 6 as printed) or ``update`` (σ of w^c − w_t)."""
+        return "update" if self.reading.startswith("update_direction") else "weights"
+
+    @property
+    def normalize_input(self) -> bool:
+        """Each tensor of the softmax input scaled to unit RMS first (``update_direction``)."""
+        return self.reading == "update_direction"
+
+    @property
+    def per_group_modulation(self) -> bool:
+        """g̃ scaled group by group with the group's own ρ (every reading but ``literal``, whose ρ
+        is one scalar per client)."""
+        return self.reading != "literal"
 
     @classmethod
     def from_config(cls, cfg: Mapping | None) -> FedSummConfig:
@@ -534,11 +611,56 @@ def _numbered(tensors: Sequence[torch.Tensor]) -> OrderedDict[str, torch.Tensor]
 _RATIO_CHUNK = 1 << 22
 
 
+SOFTMAX_SCOPES = ("global", "per_tensor", "per_layer")
+
+
+def layer_key(name: str) -> str:
+    """The layer a parameter belongs to (``per_layer``): its name up to the first numeric
+    component (``model.encoder.layers.0.fc1.weight`` -> ``model.encoder.layers.0``), else the
+    name without its last component (``model.shared.weight`` -> ``model.shared``)."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return ".".join(parts[:-1]) or name
+
+
+def parameter_groups(names: Iterable[str], scope: str = "global") -> list[list[str]]:
+    """The tensors each softmax of eq. 6 runs over, in order: one group of all (``global``), one
+    per tensor (``per_tensor``), one per :func:`layer_key` in order of first appearance
+    (``per_layer``)."""
+    names = list(names)
+    if scope == "global":
+        return [names]
+    if scope == "per_tensor":
+        return [[n] for n in names]
+    if scope == "per_layer":
+        groups: dict[str, list[str]] = {}
+        for n in names:
+            groups.setdefault(layer_key(n), []).append(n)
+        return list(groups.values())
+    raise InputError(f"softmax scope must be one of {SOFTMAX_SCOPES}, got {scope!r}")
+
+
+def group_slices(params: Tensors, scope: str) -> list[list[tuple[str, int, int]]]:
+    """Per softmax group, its tensors as ``(name, start, numel)`` in the group's flat vector."""
+    out = []
+    for group in parameter_groups(params, scope):
+        start, slices = 0, []
+        for k in group:
+            n = math.prod(_shape(params, k))
+            slices.append((k, start, n))
+            start += n
+        out.append(slices)
+    return out
+
+
 def softmax_normalize(params: Tensors, scope: str = "global") -> list[torch.Tensor]:
     """σ of eq. 6: ``exp(w_i) / Σ_j exp(w_j)`` over the parameter entries.
 
     ``scope="global"``: one softmax over the concatenation of all tensors (a list of one flat
-    tensor); ``"per_tensor"``: one softmax per tensor (flattened).
+    tensor); ``"per_tensor"``: one softmax per tensor (flattened); ``"per_layer"``: one per layer
+    (:func:`parameter_groups`: the layer's tensors concatenated in order).
     """
     if not params:
         raise InputError("no parameters to normalise")
@@ -553,7 +675,68 @@ def softmax_normalize(params: Tensors, scope: str = "global") -> list[torch.Tens
         return [torch.softmax(flat, dim=0)]
     if scope == "per_tensor":
         return [torch.softmax(t.detach().float().reshape(-1), dim=0) for t in params.values()]
-    raise InputError(f"rho_scope must be 'global' or 'per_tensor', got {scope!r}")
+    if scope == "per_layer":
+        return [
+            torch.softmax(torch.cat([params[k].detach().float().reshape(-1) for k in g]), dim=0)
+            for g in parameter_groups(params, scope)
+        ]
+    raise InputError(f"rho scope must be one of {SOFTMAX_SCOPES}, got {scope!r}")
+
+
+def unit_rms(t: torch.Tensor) -> torch.Tensor:
+    """``t / sqrt(mean(t²))`` (the RMS in float64; a zero tensor stays zero): the
+    ``update_direction`` reading's normalisation of a tensor before its softmax."""
+    t = t.detach().float()
+    rms = math.sqrt(float(t.double().pow(2).mean())) if t.numel() else 0.0
+    return t / rms if rms > 0 else torch.zeros_like(t)
+
+
+def discrepancy_ratios(
+    client_sum: Sequence[torch.Tensor],
+    global_sum: Sequence[torch.Tensor],
+    reduction: str = "expected",
+) -> list[float]:
+    """Eq. 5 per softmax group: ``ρ_G = Σ_t σ_c,t / Σ_t σ_g,t`` over the group's entries, reduced
+    to a scalar (:func:`discrepancy_ratio` for the reductions); one value per group."""
+    if len(client_sum) != len(global_sum) or not client_sum:
+        raise InputError(
+            "client and global softmax sums must have the same, non-zero number of scopes"
+        )
+    if reduction not in ("mean", "expected"):
+        raise InputError(f"rho_reduction must be 'mean' or 'expected', got {reduction!r}")
+    values = []
+    for sc, sg in zip(client_sum, global_sum):
+        if sc.shape != sg.shape:
+            raise InputError(f"softmax sums of shapes {tuple(sc.shape)} and {tuple(sg.shape)}")
+        sc, sg = sc.reshape(-1), sg.reshape(-1)
+        out = sc.to(torch.float64, copy=True)  # "mean": p/q; "expected": p·p/q
+        total_c, total_g = out.sum(), _float64_sum(sg)
+        for i in range(0, out.numel(), _RATIO_CHUNK):  # element-wise, in chunks
+            j = i + _RATIO_CHUNK
+            ratio = _normalised_ratio(sc[i:j], sg[i:j], total_c, total_g)
+            if reduction == "mean":
+                out[i:j] = ratio
+            else:
+                out[i:j].div_(total_c).mul_(ratio)
+        values.append(float(out.mean() if reduction == "mean" else out.sum()))
+        del out
+    return values
+
+
+def _float64_sum(t: torch.Tensor) -> torch.Tensor:
+    """Σ t accumulated in float64, chunk by chunk (no parameter-sized float64 copy)."""
+    t = t.reshape(-1)
+    total = torch.zeros((), dtype=torch.float64)
+    for i in range(0, t.numel(), _RATIO_CHUNK):
+        total += t[i : i + _RATIO_CHUNK].sum(dtype=torch.float64)
+    return total
+
+
+def _normalised_ratio(sc: torch.Tensor, sg: torch.Tensor, total_c, total_g) -> torch.Tensor:
+    """``(S_c,i / Σ S_c) / (S_g,i / Σ S_g)`` in float64: eq. 5's ratio with both sums normalised
+    (Σ S_c = Σ S_g = |T| exactly; in float32 each softmax's sum is off by ~1e-7 … 1e-6 at 1e5
+    … 1e8 entries, as large as the literal reading's whole signal)."""
+    return (sc.to(torch.float64) / total_c).div_(sg.to(torch.float64) / total_g)
 
 
 def discrepancy_ratio(
@@ -568,36 +751,93 @@ def discrepancy_ratio(
     client_sum, global_sum : sequences of Tensor
         ``S_c = Σ_{t∈T} σ_c,t`` and ``S_g = Σ_{t∈T} σ_g,t``, one entry per softmax scope.
     reduction : {"mean", "expected"}
-        ``"mean"``: ``(1/d) Σ_i S_c,i / S_g,i``; ``"expected"``: ``Σ_i p_i S_c,i / S_g,i`` with
-        ``p = S_c / Σ_j S_c,j``.  With several scopes (per tensor) the scalars are averaged.
+        ``"mean"``: ``(1/d) Σ_i p_i / q_i``; ``"expected"``: ``Σ_i p_i · p_i / q_i`` with
+        ``p = S_c / Σ_j S_c,j`` and ``q = S_g / Σ_j S_g,j`` (both sums are |T| exactly, so this is
+        eq. 5's ``S_c,i / S_g,i``; normalising both removes the float32 softmaxes' normalisation
+        error, :func:`_normalised_ratio`).  With several scopes (per tensor, per layer) the
+        scalars (:func:`discrepancy_ratios`) are averaged.
 
-    In float64 with one parameter-sized temporary: the element-wise steps run in place, chunk by
-    chunk, and the values (element by element, then the same full-length reductions) are those of
-    ``(S_c.double() / S_c.double().sum() * (S_c.double() / S_g.double())).sum()``.
+    In float64 with one parameter-sized temporary: the element-wise steps run chunk by chunk,
+    then the full-length reduction.
     """
-    if len(client_sum) != len(global_sum) or not client_sum:
-        raise InputError(
-            "client and global softmax sums must have the same, non-zero number of scopes"
-        )
-    if reduction not in ("mean", "expected"):
-        raise InputError(f"rho_reduction must be 'mean' or 'expected', got {reduction!r}")
-    values = []
-    for sc, sg in zip(client_sum, global_sum):
-        if sc.shape != sg.shape:
-            raise InputError(f"softmax sums of shapes {tuple(sc.shape)} and {tuple(sg.shape)}")
-        sc, sg = sc.reshape(-1), sg.reshape(-1)
-        out = sc.to(torch.float64, copy=True)  # "mean": S_c/S_g; "expected": p·S_c/S_g
-        total = out.sum()
-        for i in range(0, out.numel(), _RATIO_CHUNK):  # element-wise, in chunks
-            j = i + _RATIO_CHUNK
-            if reduction == "mean":
-                out[i:j].div_(sg[i:j].to(torch.float64))
-            else:
-                ratio = sc[i:j].to(torch.float64, copy=True).div_(sg[i:j].to(torch.float64))
-                out[i:j].div_(total).mul_(ratio)
-        values.append(float(out.mean() if reduction == "mean" else out.sum()))
-        del out
+    values = discrepancy_ratios(client_sum, global_sum, reduction)
     return sum(values) / len(values)
+
+
+QUANTILES = {"min": 0.0, "p1": 0.01, "p50": 0.5, "p99": 0.99, "max": 1.0}
+"""The quantiles of ρ − 1 the round log records (plus ``mean``)."""
+
+
+def deviation_summary(values: np.ndarray | Sequence[float]) -> dict[str, float]:
+    """``{min, p1, p50, p99, max, mean}`` of ``values`` (NumPy's linear quantiles; the array may
+    be reordered in place)."""
+    arr = np.asarray(values)
+    if arr.size == 0:
+        raise InputError("no values to summarise")
+    mean = float(arr.astype(np.float64).mean())
+    q = np.quantile(arr, list(QUANTILES.values()), overwrite_input=isinstance(values, np.ndarray))
+    return {**{k: float(v) for k, v in zip(QUANTILES, q)}, "mean": mean}
+
+
+def rho_statistics(
+    client_sum: Sequence[torch.Tensor],
+    global_sum: Sequence[torch.Tensor],
+    slices: Sequence[Sequence[tuple[str, int, int]]],
+    reduction: str = "expected",
+    group_values: Sequence[float] | None = None,
+) -> dict[str, dict[str, float]]:
+    """The distribution of ρ − 1 behind one client's scalar ρ (the round log's ``rho_statistics``).
+
+    ``parameter``: over the parameter entries i of eq. 5's vector ``ρ_i = p_i / q_i`` (the
+    normalised ``S_c,i / S_g,i`` of :func:`discrepancy_ratio`; every entry of every group;
+    ``mean`` unweighted); ``tensor``: over the tensors k of the reduction
+    restricted to the tensor (``expected``: ``Σ_{i∈k} S_c,i ρ_i / Σ_{i∈k} S_c,i``; ``mean``: the mean
+    of ρ_i over k); ``group``: over the softmax groups' ρ_G (``group_values``, the values that
+    modulate per group; one value for ``global``).  Each as :func:`deviation_summary`.
+
+    A diagnostic, so cheaper than :func:`discrepancy_ratio`: ρ_i in float32 (``S_c,i · (ΣS_g /
+    ΣS_c) / S_g,i``, the normalising factor from float64 sums; error ~1e-7 per entry), the
+    per-tensor sums in float32 (PyTorch's cascade summation) per chunk; tensor by tensor in
+    chunks, plus one parameter-sized float32 array of ρ_i − 1 for the quantiles (NumPy's
+    partition, in place).
+    """
+    total = sum(n for group in slices for _, _, n in group)
+    dev = np.empty(total, dtype=np.float32)
+    tensor_values, pos = [], 0
+    for sc, sg, group in zip(client_sum, global_sum, slices, strict=True):
+        sc, sg = sc.reshape(-1), sg.reshape(-1)
+        factor = float(_float64_sum(sg) / _float64_sum(sc))
+        for _, start, n in group:
+            weighted, weight, plain = 0.0, 0.0, 0.0
+            for i in range(start, start + n, _RATIO_CHUNK):
+                j = min(i + _RATIO_CHUNK, start + n)
+                s = sc[i:j].float()
+                r = (s * factor).div_(sg[i:j].float())  # ρ_i
+                weighted += float((s * r).sum())  # float32 cascade sums, added in float64
+                weight += float(s.sum())
+                plain += float(r.sum())
+                dev[pos + i - start : pos + j - start] = r.sub_(1.0).numpy()
+            pos += n
+            value = plain / n if reduction == "mean" else weighted / weight
+            tensor_values.append(value - 1.0)
+    out = {
+        "parameter": deviation_summary(dev),
+        "tensor": deviation_summary(np.asarray(tensor_values)),
+    }
+    del dev
+    if group_values is not None:
+        out["group"] = deviation_summary(np.asarray([v - 1.0 for v in group_values]))
+    return out
+
+
+@dataclasses.dataclass
+class RhoResult:
+    """One client's ρ in a round: the scalar (logged, sent, Fig. 6), the per-group values (the
+    modulation of the per-group readings) and, when asked for, :func:`rho_statistics`."""
+
+    rho: float
+    groups: list[float]
+    statistics: dict | None = None
 
 
 class DiscrepancyTracker:
@@ -620,7 +860,9 @@ class DiscrepancyTracker:
         store: MemoryVectorStore | None = None,
         release: Callable[[], None] | None = None,
     ):
-        FedSummConfig(rho_scope=scope, rho_reduction=reduction, rho_window=window)  # validates
+        if scope not in SOFTMAX_SCOPES:
+            raise InputError(f"rho scope must be one of {SOFTMAX_SCOPES}, got {scope!r}")
+        FedSummConfig(rho_reduction=reduction, rho_window=window)  # validates
         self.scope, self.reduction, self.window = scope, reduction, window
         self._owns_store = store is None
         self.store = MemoryVectorStore() if store is None else store
@@ -659,18 +901,31 @@ class DiscrepancyTracker:
         """One round: σ_g,t of ``global_params`` (once; or ``global_sigma`` when the caller has
         it, ``global_params`` then only gives the names and shapes), then every client's σ_c,t and
         ρ_c, in the order of ``clients_params``; one client's vectors at a time."""
+        out = self.update_round_detailed(clients_params, global_params, global_sigma)
+        return {c: r.rho for c, r in out.items()}
+
+    def update_round_detailed(
+        self,
+        clients_params: Mapping[str, Tensors],
+        global_params: Tensors,
+        global_sigma: list[torch.Tensor] | None = None,
+        statistics: bool = False,
+    ) -> dict[str, RhoResult]:
+        """:meth:`update_round` with each client's per-group ρ and (``statistics``) the
+        distribution of ρ − 1 (:func:`rho_statistics`)."""
         sg_t = (
             global_sigma
             if global_sigma is not None
             else softmax_normalize(global_params, self.scope)
         )
+        slices = group_slices(global_params, self.scope) if statistics else None
         new_global: dict[str | None, str] = {}  # S_g before this round -> S_g after it
-        rho = {}
+        out: dict[str, RhoResult] = {}
         for c, params in clients_params.items():
             _check_same_keys(global_params, params, f"client {c!r}")
             sc = softmax_normalize(params, self.scope)
             if self.window == "round":
-                rho[c] = discrepancy_ratio(sc, sg_t, self.reduction)
+                out[c] = self._result(sc, sg_t, slices)
                 continue
             old = self.client_sums.get(c)
             if old is not None:
@@ -682,10 +937,17 @@ class DiscrepancyTracker:
                 del sg
             self.client_sums[c] = self.store.put("rho-client", _numbered(sc), copy=False)
             self.global_sums[c] = new_global[prev]
-            rho[c] = discrepancy_ratio(sc, self._vector(new_global[prev]), self.reduction)
+            out[c] = self._result(sc, self._vector(new_global[prev]), slices)
             del sc
             self._release()
-        return rho
+        return out
+
+    def _result(self, sc, sg, slices) -> RhoResult:
+        groups = discrepancy_ratios(sc, sg, self.reduction)
+        stats = None
+        if slices is not None:
+            stats = rho_statistics(sc, sg, slices, self.reduction, group_values=groups)
+        return RhoResult(sum(groups) / len(groups), groups, stats)
 
     def state_dict(self) -> dict:
         state = {
@@ -970,11 +1232,56 @@ def plain_mean(updates: Sequence[Tensors]) -> tuple[OrderedDict[str, torch.Tenso
     return out, {"num_clients": len(updates)}
 
 
+def update_difference(modulated: Sequence[Tensors], plain: Sequence[Tensors]) -> dict[str, float]:
+    """How far FedSUMM's server update is from FedAvg's on the same replies (the round log's
+    ``update_difference``).
+
+    ``Δ_S`` = plain mean of the modulated updates ``w^c − g̃^c − w_t``, ``Δ_A`` = plain mean of
+    ``w^c − w_t`` (both :func:`plain_mean`'s arithmetic, before any DP clipping or noise), and
+    ``d = Δ_S − Δ_A``; in float64, tensor by tensor:
+
+    * ``rel_diff`` = ‖d‖ / ‖Δ_A‖ (the issue's ‖Δ_FedSUMM − Δ_FedAvg‖ / ‖Δ_FedAvg‖);
+    * ``best_scale`` s = ⟨Δ_S, Δ_A⟩ / ‖Δ_A‖²: the FedAvg step length that comes closest;
+    * ``rel_diff_beyond_scale`` = ‖Δ_S − s·Δ_A‖ / ‖Δ_A‖ = sqrt(‖d‖² − ⟨d, Δ_A⟩²/‖Δ_A‖²) / ‖Δ_A‖:
+      what FedSUMM changes besides the step length (0 when it only rescales FedAvg's step);
+    * ``cosine`` between Δ_S and Δ_A; ``norm_fedavg`` = ‖Δ_A‖.
+    """
+    if len(modulated) != len(plain) or not plain:
+        raise InputError("update_difference needs the same, non-zero number of updates")
+    d2 = a2 = da = 0.0
+    for k in plain[0]:
+        a = (sum(u[k] for u in plain) / len(plain)).double()
+        d = (sum(u[k] for u in modulated) / len(modulated)).double() - a
+        d2 += float(d.pow(2).sum())
+        a2 += float(a.pow(2).sum())
+        da += float((d * a).sum())
+    if a2 == 0.0:
+        return {"rel_diff": math.nan, "best_scale": math.nan, "rel_diff_beyond_scale": math.nan,
+                "cosine": math.nan, "norm_fedavg": 0.0}
+    s2 = d2 + 2 * da + a2  # ‖Δ_S‖²
+    return {
+        "rel_diff": math.sqrt(d2 / a2),
+        "best_scale": 1.0 + da / a2,
+        "rel_diff_beyond_scale": math.sqrt(max(d2 - da * da / a2, 0.0) / a2),
+        "cosine": (da + a2) / math.sqrt(s2 * a2) if s2 > 0 else math.nan,
+        "norm_fedavg": math.sqrt(a2),
+    }
+
+
+def mean_difference_norm(a: Sequence[Tensors], b: Sequence[Tensors]) -> float:
+    """‖mean(a) − mean(b)‖₂ of two lists of updates (plain means, float64 accumulation)."""
+    total = 0.0
+    for k in a[0]:
+        x = (sum(u[k] for u in a) / len(a)).double() - (sum(u[k] for u in b) / len(b)).double()
+        total += float(x.pow(2).sum())
+    return math.sqrt(total)
+
+
 def client_update(
     client_params: Tensors,
     global_params: Tensors,
     gradient: Tensors | None = None,
-    scale: float | None = None,
+    scale: float | Mapping[str, float] | None = None,
 ) -> LazyTensors:
     """The update a client contributes to the mean, made tensor by tensor: ``w^c − w_t``, or with
     the server step ``w^c − g̃^c − w_t`` (``g̃ = gradient·scale``, or ``gradient`` when ``scale`` is
@@ -983,7 +1290,7 @@ def client_update(
     def make(k: str) -> torch.Tensor:
         if gradient is None:
             return client_params[k].detach() - global_params[k]
-        g = gradient[k].detach() if scale is None else gradient[k].detach() * scale
+        g = gradient[k].detach() if scale is None else gradient[k].detach() * _scale_of(scale, k)
         return client_params[k].detach() - g - global_params[k]
 
     return LazyTensors({k: _shape(global_params, k) for k in global_params}, make)
@@ -998,7 +1305,7 @@ class _Guidance:
     """
 
     gradient: str | None
-    scale: float | None
+    scale: float | dict[str, float] | None
     rho: float | None
     previous_loss: float | None
     epsilon: float
@@ -1007,10 +1314,16 @@ class _Guidance:
         return dataclasses.asdict(self)
 
 
-def _modulated(entry: Tensors, scale: float | None) -> OrderedDict[str, torch.Tensor]:
+def _scale_of(scale: float | Mapping[str, float], key: str) -> float:
+    return scale[key] if isinstance(scale, Mapping) else scale
+
+
+def _modulated(
+    entry: Tensors, scale: float | Mapping[str, float] | None
+) -> OrderedDict[str, torch.Tensor]:
     if scale is None:
         return OrderedDict((k, v.detach().clone()) for k, v in entry.items())
-    return OrderedDict((k, v.detach() * scale) for k, v in entry.items())
+    return OrderedDict((k, v.detach() * _scale_of(scale, k)) for k, v in entry.items())
 
 
 SERVER_STATE_FORMAT = 2
@@ -1064,7 +1377,7 @@ class FedSummServer:
         self.losses: dict[str, float] = {}
         self.guidance: dict[str, _Guidance] = {}
         self.tracker = DiscrepancyTracker(
-            config.rho_scope,
+            config.softmax_scope,
             config.rho_reduction,
             config.rho_window,
             store=self.store,
@@ -1155,19 +1468,59 @@ class FedSummServer:
 
     def _rho(
         self, w_t: Tensors, replies: Mapping[str, ClientReply], clients: Sequence[str]
-    ) -> dict[str, float]:
-        """ρ_c of every replying client (eq. 5–6) against the round's reference model."""
-        if self.config.rho_reference == "round_mean":
+    ) -> dict[str, RhoResult]:
+        """ρ_c of every replying client (eq. 5–6, under ``config.reading``) against the round's
+        reference, with its per-group values and the distribution of ρ − 1."""
+        cfg = self.config
+        if cfg.rho_input == "update":
+            # σ of the update directions: w^c − w_t against the round's mean update
+            shape = {k: _shape(w_t, k) for k in w_t}
+
+            def direction(t: torch.Tensor) -> torch.Tensor:
+                return unit_rms(t) if cfg.normalize_input else t.detach().float()
+
+            inputs = {
+                c: LazyTensors(
+                    shape,
+                    lambda k, p=replies[c].params: direction(p[k].detach() - w_t[k]),
+                )
+                for c in clients
+            }
             reference = OrderedDict(
-                (k, sum(replies[c].params[k].detach() for c in clients) / len(clients)) for k in w_t
+                (
+                    k,
+                    direction(
+                        sum(replies[c].params[k].detach() - w_t[k] for c in clients)
+                        / len(clients)
+                    ),
+                )
+                for k in w_t
             )
         else:
-            reference = w_t
-        sigma = softmax_normalize(reference, self.config.rho_scope)
+            inputs = {c: replies[c].params for c in clients}
+            if cfg.rho_reference == "round_mean":
+                reference = OrderedDict(
+                    (k, sum(replies[c].params[k].detach() for c in clients) / len(clients))
+                    for k in w_t
+                )
+            else:
+                reference = w_t
+        sigma = softmax_normalize(reference, cfg.softmax_scope)
         del reference  # only σ_g,t is needed from here on
-        return self.tracker.update_round(
-            {c: replies[c].params for c in clients}, w_t, global_sigma=sigma
+        return self.tracker.update_round_detailed(
+            inputs, w_t, global_sigma=sigma, statistics=True
         )
+
+    def _scale(self, names: Iterable[str], result: RhoResult) -> float | dict[str, float]:
+        """ε·ρ for the adapter: one scalar (``literal``), or per tensor ε·ρ_G of its group."""
+        if not self.config.per_group_modulation:
+            return self.config.epsilon * result.rho
+        groups = parameter_groups(names, self.config.softmax_scope)
+        return {
+            k: self.config.epsilon * value
+            for group, value in zip(groups, result.groups, strict=True)
+            for k in group
+        }
 
     def _finish_round(
         self,
@@ -1216,13 +1569,15 @@ class FedSummServer:
             self.losses[c] = float(replies[c].loss)
             self._release()  # the superseded MG[c], unless a guidance still names it
         order = sort_memory_by_loss(self.losses)
-        rho = self._rho(w_t, replies, clients)
+        results = self._rho(w_t, replies, clients)
+        rho = {c: r.rho for c, r in results.items()}
 
         log: dict = {
             "round": round_index,
             "clients": clients,
             "rho": rho,
             "rho_mean": sum(rho.values()) / len(rho),
+            "rho_statistics": {c: r.statistics for c, r in results.items()},
             "memory_order": order,
             "losses": {c: self.losses[c] for c in clients},
             "gradient_norms": {},
@@ -1231,30 +1586,60 @@ class FedSummServer:
         }
         updates = []
         for c in clients:
-            source = c
-            if self.config.memory_assignment == "rank":
-                idx = self.client_index[c]
-                source = order[idx] if idx < len(order) else None
-            entry_name = None if source is None else self.memory[source]
-            entry, scale, modulated, norm = None, None, False, math.nan
-            if entry_name is not None:
-                # Algorithm 1's adapter (modulate_gradient), g̃ kept as (entry, ε·ρ_c)
-                entry = self.store.get(entry_name)
-                norm = self.store.l2_norm(entry_name)
-                modulated = abs(norm - 1.0) > self.config.unit_norm_tolerance
-                scale = self.config.epsilon * rho[c] if modulated else None
+            source, entry_name, entry, scale, modulated, norm = self._adapter(
+                c, order, results[c], w_t, self.config.memory_assignment
+            )
             log["gradient_norms"][c] = norm
             log["modulated"][c] = modulated
             log["memory_source"][c] = source
             self.guidance[c] = _Guidance(
                 entry_name, scale, rho[c], self.losses[c], self.config.epsilon
             )
-            if self.config.apply_on_server and entry is not None:
-                updates.append(client_update(replies[c].params, w_t, entry, scale))
-            else:
-                updates.append(client_update(replies[c].params, w_t))
+            updates.append(self._server_update(replies[c].params, w_t, entry, scale))
+        plain = [client_update(replies[c].params, w_t) for c in clients]
+        diff = update_difference(updates, plain)
+        # the other memory assignment on the same replies: what the sort by loss changes
+        other = "own" if self.config.memory_assignment == "rank" else "rank"
+        alternative = [
+            self._server_update(
+                replies[c].params, w_t, *self._adapter(c, order, results[c], w_t, other)[2:4]
+            )
+            for c in clients
+        ]
+        diff[f"rel_diff_vs_{other}"] = (
+            mean_difference_norm(updates, alternative) / diff["norm_fedavg"]
+            if diff["norm_fedavg"] > 0
+            else math.nan
+        )
+        log["update_difference"] = diff
         w_next, log["aggregate"] = self._finish_round(round_index, w_t, updates, aggregate)
         return w_next, log
+
+    def _adapter(
+        self, client: str, order: Sequence[str], result: RhoResult, w_t: Tensors, assignment: str
+    ) -> tuple:
+        """Algorithm 1's gradient adapter for ``client`` under a memory ``assignment``:
+        ``(source, entry name, entry, scale, modulated, ‖entry‖)`` with g̃ = entry·scale (scale
+        None: sent unmodulated; entry None: nothing to send yet)."""
+        source = client
+        if assignment == "rank":
+            idx = self.client_index[client]
+            source = order[idx] if idx < len(order) else None
+        entry_name = None if source is None else self.memory[source]
+        entry, scale, modulated, norm = None, None, False, math.nan
+        if entry_name is not None:
+            # Algorithm 1's adapter (modulate_gradient), g̃ kept as (entry, ε·ρ_c)
+            entry = self.store.get(entry_name)
+            norm = self.store.l2_norm(entry_name)
+            modulated = abs(norm - 1.0) > self.config.unit_norm_tolerance
+            scale = self._scale(w_t, result) if modulated else None
+        return source, entry_name, entry, scale, modulated, norm
+
+    def _server_update(self, params: Tensors, w_t: Tensors, entry, scale) -> LazyTensors:
+        """``w^c − g̃^c − w_t`` (``apply_on_server`` and an entry to apply), else ``w^c − w_t``."""
+        if self.config.apply_on_server and entry is not None:
+            return client_update(params, w_t, entry, scale)
+        return client_update(params, w_t)
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

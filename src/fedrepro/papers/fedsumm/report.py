@@ -12,7 +12,9 @@
   spread over [t−1, t]; federated: the mean over the round's clients of their s-th step).
   Figure 5: (a) ROUGE-L of the global model after every round on ``fedsumm.figure5.corpus``;
   (b) final ROUGE-L vs the number of clients N.  Figure 6: the mean discrepancy ratio ρ over the
-  round's clients, FedAvg vs FedSUMM.  Every figure writes the plotted numbers as CSV.
+  round's clients, FedAvg vs FedSUMM; its CSV adds per round the distribution of ρ − 1 (per
+  parameter entry, per tensor, per modulating group) and how far FedSUMM's server update is from
+  FedAvg's (:func:`rho_summary`).  Every figure writes the plotted numbers as CSV.
 * ``dp_tradeoff`` (ours): ROUGE vs ε for a few noise multipliers, and the private clip norm per
   round (:func:`dp_tradeoff`).
 """
@@ -92,9 +94,73 @@ def collect_scores(score_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     )
 
 
+RHO_SUMMARY_COLUMNS = (
+    "rho_client_min",
+    "rho_client_max",
+    "param_min",
+    "param_p1",
+    "param_p50",
+    "param_p99",
+    "param_max",
+    "param_mean",
+    "tensor_min",
+    "tensor_p50",
+    "tensor_max",
+    "group_min",
+    "group_p50",
+    "group_max",
+    "update_rel_diff",
+    "update_best_scale",
+    "update_rel_diff_beyond_scale",
+    "update_rel_diff_other_assignment",
+)
+"""Per-round columns of :func:`rho_summary` (ρ values as ρ − 1)."""
+
+
+def rho_summary(entry: Mapping) -> dict[str, float]:
+    """A round log entry's ρ distribution and update difference in one row (ρ values as ρ − 1).
+
+    ``rho_client_min/max``: the smallest and largest client ρ_c; ``param_*``: the distribution
+    of eq. 5's entry-wise ratio ρ_i − 1 (``min``/``max`` over all clients, the quantiles and the
+    mean averaged over clients); ``tensor_*`` the same over the per-tensor values, ``group_*``
+    over the values that modulate (one per client for ``literal``); ``update_*``: FedSUMM's
+    server update against FedAvg's on the same replies (:func:`~fedrepro.papers.fedsumm.algorithm.
+    update_difference`; ``other_assignment``: against the other memory assignment, i.e. what the
+    sort by loss changes).  NaN where the log has no such entry (FedAvg: no update difference;
+    logs written before issue 14)."""
+    out = dict.fromkeys(RHO_SUMMARY_COLUMNS, np.nan)
+    rho = entry.get("rho") or {}
+    if rho:
+        out["rho_client_min"] = min(rho.values()) - 1.0
+        out["rho_client_max"] = max(rho.values()) - 1.0
+    stats = [s for s in (entry.get("rho_statistics") or {}).values() if s]
+    for part, keys in (
+        ("parameter", ("min", "p1", "p50", "p99", "max", "mean")),
+        ("tensor", ("min", "p50", "max")),
+        ("group", ("min", "p50", "max")),
+    ):
+        values = [s[part] for s in stats if part in s]
+        if not values:
+            continue
+        prefix = "param" if part == "parameter" else part
+        for k in keys:
+            column = [v[k] for v in values]
+            agg = min if k == "min" else max if k == "max" else (lambda x: float(np.mean(x)))
+            out[f"{prefix}_{k}"] = float(agg(column))
+    diff = entry.get("update_difference") or {}
+    if diff:
+        out["update_rel_diff"] = diff.get("rel_diff", np.nan)
+        out["update_best_scale"] = diff.get("best_scale", np.nan)
+        out["update_rel_diff_beyond_scale"] = diff.get("rel_diff_beyond_scale", np.nan)
+        other = [v for k, v in diff.items() if k.startswith("rel_diff_vs_")]
+        if other:
+            out["update_rel_diff_other_assignment"] = other[0]
+    return {k: (np.nan if v is None else float(v)) for k, v in out.items()}
+
+
 def collect_rounds(log_paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per round (``corpus, n, model, regime, seed, round, perplexity, rougeL, rho_mean,
-    train_loss``) and per step (``…, round, step, x, loss``) from the cells' ``train_log.json``;
+    train_loss`` and :func:`rho_summary`'s columns) and per step (``…, round, step, x, loss``) from the cells' ``train_log.json``;
     each log's cell comes from the ``scores.json`` beside it."""
     rounds, steps = [], []
     for path in log_paths:
@@ -120,6 +186,7 @@ def collect_rounds(log_paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame
                     "rougeL": ev.get("rougeL", np.nan),
                     "rho_mean": entry.get("rho_mean", np.nan),
                     "train_loss": float(np.mean(losses)),
+                    **rho_summary(entry),
                 }
             )
             per_client = list((entry.get("step_losses") or {}).values())
@@ -489,15 +556,18 @@ def figure5(
 
 
 def figure6(rounds: pd.DataFrame, out, scale: str) -> pd.DataFrame:
-    data = rounds[rounds.regime.isin(["FedAvg", "FedSUMM"])][
-        ["corpus", "n", "model", "regime", "seed", "round", "rho_mean"]
-    ].copy()
+    """Fig. 6: ρ − 1 per round, FedAvg vs FedSUMM; the CSV also holds each round's distribution
+    of ρ − 1 and FedSUMM's update difference from FedAvg (:func:`rho_summary`)."""
+    columns = ["corpus", "n", "model", "regime", "seed", "round", "rho_mean"]
+    columns += [c for c in RHO_SUMMARY_COLUMNS if c in rounds.columns]
+    data = rounds[rounds.regime.isin(["FedAvg", "FedSUMM"])][columns].copy()
     if data.rho_mean.isna().any():
         raise InputError(
             "a FedAvg / FedSUMM round log has no rho_mean (not written by FedSummStrategy)"
         )
-    # ρ sits just above 1 (Σ over ~10^5 softmax entries): plot ρ − 1 on a log axis
-    data["rho_minus_1"] = data.rho_mean - 1.0
+    # ρ sits just above 1 under the literal reading (Σ over ~10^5 softmax entries): plot ρ − 1
+    # on a log axis
+    data.insert(columns.index("rho_mean") + 1, "rho_minus_1", data.rho_mean - 1.0)
     fig = _panels(
         data,
         "rho_minus_1",

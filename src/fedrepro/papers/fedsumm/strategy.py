@@ -17,8 +17,10 @@ memory and no guidance) -- so the two regimes differ only by the server procedur
   parameters (``delta``: g^c = w_t − w^c; or read from the ``fedsumm-gradient`` reply record with
   ``client_gradient: mean_batch_gradient``), then :meth:`FedSummServer.server_round` (MG update,
   ρ, sort by loss, adapter, ``w^c − g̃^c``, mean);
-* ``round_extras``: ρ per client and the mean, the memory order, which clients were modulated, the
-  DP clipping norm and noise scale, every client's per-step losses, and the evaluation of the new
+* ``round_extras``: ρ per client and the mean, each client's distribution of ρ − 1
+  (``rho_statistics``: per parameter entry, per tensor, per modulating group), FedSUMM's server
+  update against FedAvg's on the same replies (``update_difference``), the memory order, which
+  clients were modulated, the DP clipping norm and noise scale, every client's per-step losses, and the evaluation of the new
   global model on every client (Flower ``evaluate`` messages: validation perplexity, and ROUGE-L
   on the test split when ``rouge_every_round``), into the round's log;
 * ``save_server_state`` / ``__init__``: the server state (MG, losses, guidance, ρ sums) is saved
@@ -105,7 +107,8 @@ class FedAvgServer(FedSummServer):
         clients, w_t = self._start_round(round_index, global_params, replies, check_gradient=False)
         for c in clients:
             self.losses[c] = float(replies[c].loss)
-        rho = self._rho(w_t, replies, clients)
+        results = self._rho(w_t, replies, clients)
+        rho = {c: r.rho for c, r in results.items()}
         updates = [client_update(replies[c].params, w_t) for c in clients]
         w_next, info = self._finish_round(round_index, w_t, updates, aggregate)
         log = {
@@ -113,6 +116,7 @@ class FedAvgServer(FedSummServer):
             "clients": clients,
             "rho": rho,
             "rho_mean": sum(rho.values()) / len(rho),
+            "rho_statistics": {c: r.statistics for c, r in results.items()},
             "losses": {c: self.losses[c] for c in clients},
             "aggregate": info,
         }
@@ -393,6 +397,7 @@ class FedSummStrategy(SortedCheckpointFedAvg):
             "participants": list(log.get("clients", [])),
             "rho": dict(log.get("rho", {})),
             "rho_mean": log.get("rho_mean"),
+            "rho_statistics": dict(log.get("rho_statistics", {})),
             "step_losses": {
                 self.clients[int(m.content["metrics"]["partition-id"])]: list(
                     m.content[REPLY_STEPS]["step-losses"]
@@ -402,6 +407,8 @@ class FedSummStrategy(SortedCheckpointFedAvg):
             },
             "guidance_bytes_down": self._guidance_bytes,
         }
+        if "update_difference" in log:  # FedSUMM's server update vs FedAvg's on the same replies
+            extras["update_difference"] = dict(log["update_difference"])
         if self.regime == "FedSUMM":
             extras["fedsumm"] = {
                 k: log[k]

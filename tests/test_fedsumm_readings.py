@@ -1,0 +1,330 @@
+"""FedSUMM's readings of the modulation (issue 14, item 1): ρ under each ``fedsumm.algorithm.reading``
+against hand computations, the literal reading's ρ − 1 = O(δ²), the round log's ρ statistics and
+FedSUMM-vs-FedAvg update difference, and reruns giving the same bits."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+
+from fedrepro.io import InputError
+from fedrepro.papers.fedsumm.algorithm import (
+    READINGS,
+    ClientReply,
+    DiscrepancyTracker,
+    FedSummConfig,
+    FedSummServer,
+    deviation_summary,
+    discrepancy_ratios,
+    layer_key,
+    parameter_groups,
+    rho_statistics,
+    softmax_normalize,
+    update_difference,
+)
+from fedrepro.papers.fedsumm.strategy import FedAvgServer
+
+LN2, LN4 = math.log(2.0), math.log(4.0)
+EPS = 0.5
+
+
+def od(**tensors) -> OrderedDict:
+    return OrderedDict((k, torch.tensor(v, dtype=torch.float32)) for k, v in tensors.items())
+
+
+def _reply(params: OrderedDict, w_t: OrderedDict, loss: float) -> ClientReply:
+    return ClientReply(params, OrderedDict((k, w_t[k] - params[k]) for k in w_t), loss)
+
+
+def _expected(p: list[float], q: list[float]) -> float:
+    """The ``expected`` reduction by hand: Σ p_i · p_i / q_i."""
+    return sum(a * a / b for a, b in zip(p, q))
+
+
+def _softmax(x: list[float]) -> list[float]:
+    e = [math.exp(v) for v in x]
+    return [v / sum(e) for v in e]
+
+
+# ----------------------------------------------------------------------------- groups
+def test_layer_groups():
+    names = ["model.shared.weight", "enc.layers.0.fc.weight", "enc.layers.0.fc.bias",
+             "enc.layers.1.fc.weight", "enc.norm.weight", "enc.norm.bias", "bias"]
+    assert [layer_key(n) for n in names] == [
+        "model.shared", "enc.layers.0", "enc.layers.0", "enc.layers.1", "enc.norm", "enc.norm",
+        "bias",
+    ]
+    assert parameter_groups(names, "per_layer") == [
+        ["model.shared.weight"],
+        ["enc.layers.0.fc.weight", "enc.layers.0.fc.bias"],
+        ["enc.layers.1.fc.weight"],
+        ["enc.norm.weight", "enc.norm.bias"],
+        ["bias"],
+    ]
+    assert parameter_groups(names, "global") == [names]
+    assert parameter_groups(names, "per_tensor") == [[n] for n in names]
+    # per layer: one softmax over the layer's tensors concatenated
+    p = od(**{"l.0.a": [0.0, LN2], "l.0.b": [0.0], "h.w": [0.0]})
+    s0, s1 = softmax_normalize(p, "per_layer")
+    assert torch.allclose(s0, torch.tensor([0.25, 0.5, 0.25])) and torch.equal(s1, torch.ones(1))
+
+
+def test_config_validates_the_reading():
+    assert FedSummConfig().reading == "literal" and "update_direction" in READINGS
+    with pytest.raises(InputError, match="fedsumm.algorithm.reading"):
+        FedSummConfig(reading="per_row")
+    with pytest.raises(InputError, match="rho_scope"):
+        FedSummConfig(reading="per_layer", rho_scope="per_tensor")
+    with pytest.raises(InputError, match="rho_reference: round_mean"):
+        FedSummConfig(reading="update_direction", rho_reference="broadcast")
+    assert FedSummConfig(reading="literal", rho_scope="per_tensor").softmax_scope == "per_tensor"
+    assert FedSummConfig(reading="per_layer").softmax_scope == "per_layer"
+    assert FedSummConfig(reading="update_direction").softmax_scope == "per_tensor"
+
+
+# ----------------------------------------------------------------------------- ρ per reading, by hand
+# one client against the uniform broadcast model w_t = 0 (weights readings), ε = 0.5, own memory
+W0 = od(**{"enc.layers.0.a": [0.0, 0.0], "enc.layers.0.b": [0.0], "head.w": [0.0, 0.0, 0.0]})
+W1 = od(**{"enc.layers.0.a": [LN2, 0.0], "enc.layers.0.b": [0.0], "head.w": [0.0, 0.0, LN4]})
+# p over the six entries ∝ [2, 1, 1, 1, 1, 4] / 10, q = 1/6:
+RHO_LITERAL = _expected([0.2, 0.1, 0.1, 0.1, 0.1, 0.4], [1 / 6] * 6)  # 6·0.24 = 1.44
+# per tensor: a: p=[2/3, 1/3] vs 1/2 -> 10/9; b: one entry -> 1; head: p=[1,1,4]/6 vs 1/3 -> 3/2
+RHO_TENSOR = {"enc.layers.0.a": 10 / 9, "enc.layers.0.b": 1.0, "head.w": 1.5}
+# per layer: layers.0 = [ln2, 0, 0]: p=[2,1,1]/4 vs 1/3 -> 9/8; head -> 3/2
+RHO_LAYER = {"enc.layers.0.a": 9 / 8, "enc.layers.0.b": 9 / 8, "head.w": 1.5}
+
+
+@pytest.mark.parametrize(
+    "reading, per_tensor_rho, rho, tensor_range",
+    [
+        # the round log's per-tensor ρ: the reduction restricted to each tensor's entries --
+        # literal: a: p=[.2,.1], ratio [1.2,.6] -> (.24+.06)/.3 = 1; b: .6; head: 1.08/.6 = 1.8
+        ("literal", {k: RHO_LITERAL for k in W0}, RHO_LITERAL, (-0.4, 0.8)),
+        ("per_tensor", RHO_TENSOR, (10 / 9 + 1 + 1.5) / 3, (0.0, 0.5)),
+        # per layer: layers.0 p=[1/2,1/4,1/4] vs 1/3 -> a: (.75 + .1875)/.75 = 1.25, b: .75
+        ("per_layer", RHO_LAYER, (9 / 8 + 1.5) / 2, (-0.25, 0.5)),
+    ],
+)
+def test_weight_readings_hand_computation(reading, per_tensor_rho, rho, tensor_range):
+    assert RHO_LITERAL == pytest.approx(1.44)
+    cfg = FedSummConfig(epsilon=EPS, reading=reading, rho_reference="broadcast")
+    server = FedSummServer(cfg, ["c"], seed=0)
+    w_next, log = server.server_round(1, W0, {"c": _reply(W1, W0, 1.0)})
+    assert log["rho"]["c"] == pytest.approx(rho)
+    # g̃_k = MG_k · ε · ρ_k (MG = w_t − w^c) and w_next = w^c − g̃ = w^c·(1 + ερ_k)
+    g = server.guidance_for("c").modulated_gradient
+    for k in W0:
+        assert torch.allclose(g[k], -W1[k] * EPS * per_tensor_rho[k], atol=1e-7)
+        assert torch.allclose(w_next[k], W1[k] * (1 + EPS * per_tensor_rho[k]), atol=1e-6)
+    stats = log["rho_statistics"]["c"]
+    assert (stats["tensor"]["min"], stats["tensor"]["max"]) == pytest.approx(tensor_range)
+    groups = sorted(set(per_tensor_rho.values()))
+    assert stats["group"]["max"] == pytest.approx(groups[-1] - 1)
+    assert stats["group"]["min"] == pytest.approx(groups[0] - 1)
+
+
+def test_update_direction_readings_hand_computation():
+    """Two clients; σ of the update directions (unit RMS per tensor, or raw) vs the mean update."""
+    w_t = od(a=[1.0, 2.0], b=[0.5, 0.5, 0.5])
+    d1, d2 = [1.0, -1.0], [1.0, 1.0]  # updates of tensor a; tensor b: [2, 0, 0] and [0, 0, 0]
+    params = {
+        "c1": od(a=[1.0 + d1[0], 2.0 + d1[1]], b=[2.5, 0.5, 0.5]),
+        "c2": od(a=[1.0 + d2[0], 2.0 + d2[1]], b=[0.5, 0.5, 0.5]),
+    }
+    replies = {c: _reply(params[c], w_t, 1.0) for c in params}
+    # unit RMS: a: c1 [1, -1] (rms 1), c2 [1, 1], mean [1, 0] -> [√2, 0];
+    #           b: c1 [2, 0, 0] -> [√3, 0, 0], c2 zero -> uniform, mean [1, 0, 0] -> [√3, 0, 0]
+    r3 = math.sqrt(3.0)
+    q_a, q_b = _softmax([math.sqrt(2.0), 0.0]), _softmax([r3, 0.0, 0.0])
+    rho_unit = {
+        "c1": {"a": _expected(_softmax([1.0, -1.0]), q_a), "b": 1.0},  # b: c1 = mean exactly
+        "c2": {"a": _expected([0.5, 0.5], q_a), "b": _expected([1 / 3] * 3, q_b)},
+    }
+    # raw: a: mean [1, 0]; b: c1 [2, 0, 0], c2 [0, 0, 0], mean [1, 0, 0]
+    q_a, q_b = _softmax([1.0, 0.0]), _softmax([1.0, 0.0, 0.0])
+    rho_raw = {
+        "c1": {"a": _expected(_softmax([1.0, -1.0]), q_a), "b": _expected(_softmax([2.0, 0, 0]), q_b)},
+        "c2": {"a": _expected([0.5, 0.5], q_a), "b": _expected([1 / 3] * 3, q_b)},
+    }
+    for reading, hand in (("update_direction", rho_unit), ("update_direction_raw", rho_raw)):
+        server = FedSummServer(FedSummConfig(epsilon=EPS, reading=reading), ["c1", "c2"], seed=0)
+        w_next, log = server.server_round(1, w_t, replies)
+        for c in params:
+            assert log["rho"][c] == pytest.approx((hand[c]["a"] + hand[c]["b"]) / 2, rel=1e-6)
+            g = server.guidance_for(c).modulated_gradient
+            for k in ("a", "b"):
+                assert torch.allclose(
+                    g[k], (w_t[k] - params[c][k]) * EPS * hand[c][k], rtol=1e-6, atol=1e-7
+                )
+        # w_next = w_t + mean_c (1 + ερ_{c,k}) Δ^c_k
+        for k in ("a", "b"):
+            expected = w_t[k] + sum(
+                (1 + EPS * hand[c][k]) * (params[c][k] - w_t[k]) for c in params
+            ) / 2
+            assert torch.allclose(w_next[k], expected, atol=1e-6)
+        # FedAvg under the same reading logs the same ρ (Fig. 6) and steps plainly
+        avg = FedAvgServer(FedSummConfig(epsilon=EPS, reading=reading), ["c1", "c2"], seed=0)
+        w_avg, log_avg = avg.server_round(1, w_t, replies)
+        assert log_avg["rho"] == log["rho"] and "update_difference" not in log_avg
+        assert torch.allclose(w_avg["a"], torch.tensor([2.0, 2.0]))
+
+
+# ----------------------------------------------------------------------------- literal: ρ − 1 = O(δ²)
+@pytest.mark.parametrize("delta", [1e-4, 1e-3, 1e-2, 5e-2])
+def test_literal_rho_minus_one_is_second_order_in_the_deviation(delta):
+    """Weights ~ N(0, 0.02²), each client off by δ·N(0, 1) per entry: the literal scalar ρ − 1 is
+    χ² ≈ Var(δ) = δ² (1e-6 at δ = 1e-3; resolved down to 1e-8 at δ = 1e-4 since both sums are
+    normalised in float64 -- unnormalised, the float32 softmaxes' sums put a ±1e-6 floor on it),
+    its entries ρ_i − 1 are first order (p99 ≈ 2.33 δ), and the FedSUMM step is FedAvg's times
+    1 + ερ (nothing beyond the step length).  The unit-RMS update reading on the same replies:
+    ρ − 1 of order one."""
+    g = torch.Generator().manual_seed(0)
+    n = 200_000
+    w_t = OrderedDict(w=0.02 * torch.randn(n, generator=g), v=0.02 * torch.randn(1000, generator=g))
+    params = {
+        c: OrderedDict((k, w_t[k] + delta * torch.randn(w_t[k].shape, generator=g)) for k in w_t)
+        for c in ("a", "b")
+    }
+    replies = {c: _reply(params[c], w_t, 2.0 - i) for i, c in enumerate(params)}  # rank swaps
+    server = FedSummServer(FedSummConfig(epsilon=0.1, rho_reference="broadcast"), ["a", "b"], 0)
+    _, log = server.server_round(1, w_t, replies)
+    for c in params:
+        # Gaussian δ: χ² = exp(δ²) − 1 ≈ δ²; ρ_i = exp(δ_i)/E[exp δ] = exp(δ_i − δ²/2)
+        assert log["rho"][c] - 1 == pytest.approx(math.expm1(delta**2), rel=0.05)
+        par = log["rho_statistics"][c]["parameter"]
+        assert par["p99"] == pytest.approx(math.expm1(2.326 * delta - delta**2 / 2), rel=0.05)
+        assert par["p1"] == pytest.approx(math.expm1(-2.326 * delta - delta**2 / 2), rel=0.05)
+        assert abs(par["p50"]) < 0.05 * delta
+    diff = log["update_difference"]
+    assert diff["rel_diff"] == pytest.approx(0.1 * math.exp(delta**2), rel=1e-3)
+    assert diff["best_scale"] - 1 == pytest.approx(0.1 * math.exp(delta**2), rel=1e-3)
+    # beyond the step length, and what the sort by loss (rank: a and b swap entries) changes:
+    # ε·(ρ_a − ρ_b) ~ 1e-4·δ², below float32's rounding of the updates (~1e-6 relative)
+    assert diff["rel_diff_beyond_scale"] < 1e-5 and diff["rel_diff_vs_rank"] < 1e-5
+    unit = FedSummServer(FedSummConfig(epsilon=0.1, reading="update_direction"), ["a", "b"], 0)
+    _, log_u = unit.server_round(1, w_t, replies)
+    assert all(0.2 < r - 1 < 5 for r in log_u["rho"].values())
+
+
+# ----------------------------------------------------------------------------- the statistics
+def test_rho_statistics_hand_computation():
+    sc = [torch.tensor([0.5, 0.25, 0.25])]
+    sg = [torch.tensor([0.25, 0.5, 0.25])]
+    slices = [[("a", 0, 2), ("b", 2, 1)]]
+    (group,) = discrepancy_ratios(sc, sg, "expected")  # Σ p·ratio = 0.5·2 + 0.25·0.5 + 0.25
+    assert group == pytest.approx(1.375)
+    st = rho_statistics(sc, sg, slices, "expected", group_values=[group])
+    # ρ_i − 1 = [1, −0.5, 0]; linear quantiles: p1 = −0.5 + 0.02·0.5, p99 = 0 + 0.98·1
+    assert st["parameter"] == pytest.approx(
+        {"min": -0.5, "p1": -0.49, "p50": 0.0, "p99": 0.98, "max": 1.0, "mean": 1 / 6}
+    )
+    # per tensor, expected: a = (0.5·2 + 0.25·0.5)/0.75 = 1.5, b = 1 -> [0.5, 0]
+    assert st["tensor"] == pytest.approx(
+        {"min": 0.0, "p1": 0.005, "p50": 0.25, "p99": 0.495, "max": 0.5, "mean": 0.25}
+    )
+    assert st["group"] == pytest.approx({k: 0.375 for k in st["group"]})
+    # mean reduction per tensor: a = (2 + 0.5)/2 = 1.25, b = 1
+    st = rho_statistics(sc, sg, slices, "mean")
+    assert st["tensor"]["max"] == pytest.approx(0.25) and "group" not in st
+    assert deviation_summary([3.0]) == {k: 3.0 for k in ("min", "p1", "p50", "p99", "max", "mean")}
+
+
+def test_tracker_statistics_follow_the_cumulative_sums():
+    """Round 2's statistics are those of the summed softmaxes (eq. 5's Σ over t)."""
+    tracker = DiscrepancyTracker(scope="per_tensor", window="cumulative")
+    zeros = od(a=[0.0, 0.0], b=[0.0])
+    tracker.update_round_detailed({"c": od(a=[LN2, 0.0], b=[0.0])}, zeros, statistics=True)
+    out = tracker.update_round_detailed({"c": zeros}, zeros, statistics=True)["c"]
+    # S_c,a = [2/3, 1/3] + [1/2, 1/2] = [7/6, 5/6], S_g,a = [1, 1]: ρ_i − 1 = [1/6, −1/6]
+    assert out.statistics["parameter"]["max"] == pytest.approx(1 / 6)
+    assert out.statistics["parameter"]["min"] == pytest.approx(-1 / 6)
+    # expected over a: Σ S²/S_g / Σ S = (49 + 25)/36 / 2 = 37/36; b: 1
+    assert out.groups == pytest.approx([37 / 36, 1.0])
+    assert out.rho == pytest.approx((37 / 36 + 1) / 2)
+
+
+def test_update_difference_hand_computation():
+    plain = [od(w=[1.0, 0.0]), od(w=[0.0, 1.0])]  # Δ_A = [0.5, 0.5]
+    scaled = [od(w=[1.2, 0.0]), od(w=[0.0, 1.2])]  # same ρ for both: FedAvg × 1.2
+    d = update_difference(scaled, plain)
+    assert d["rel_diff"] == pytest.approx(0.2) and d["best_scale"] == pytest.approx(1.2)
+    assert d["rel_diff_beyond_scale"] == pytest.approx(0.0, abs=1e-12)
+    assert d["cosine"] == pytest.approx(1.0) and d["norm_fedavg"] == pytest.approx(math.sqrt(0.5))
+    tilted = [od(w=[1.4, 0.0]), od(w=[0.0, 1.0])]  # Δ_S = [0.7, 0.5], d = [0.2, 0]
+    d = update_difference(tilted, plain)
+    # ‖d‖/‖Δ_A‖ = 0.2/√0.5; s = 1 + ⟨d, Δ_A⟩/‖Δ_A‖² = 1 + 0.1/0.5 = 1.2;
+    # Δ_S − 1.2·Δ_A = [0.1, −0.1] -> √0.02/√0.5 = 0.2
+    assert d["rel_diff"] == pytest.approx(0.2 / math.sqrt(0.5))
+    assert d["best_scale"] == pytest.approx(1.2)
+    assert d["rel_diff_beyond_scale"] == pytest.approx(0.2)
+    assert d["cosine"] == pytest.approx(1.2 / math.sqrt(0.74) / math.sqrt(2))
+
+
+# ----------------------------------------------------------------------------- reruns
+def _trace(reading: str, assignment: str = "own") -> list:
+    cfg = FedSummConfig(epsilon=0.3, reading=reading, memory_assignment=assignment)
+    server = FedSummServer(cfg, ["a", "b", "c"], seed=5)
+    g = torch.Generator().manual_seed(3)
+    w = OrderedDict(**{"l.0.x": torch.randn(6, 4, generator=g), "l.0.y": torch.randn(4, generator=g),
+                       "h.z": torch.randn(5, generator=g)})
+    out = []
+    for t in range(1, 4):
+        replies = {}
+        for i, c in enumerate(server.sample_clients(t)):
+            params = OrderedDict((k, v + 0.1 * torch.randn(v.shape, generator=g)) for k, v in w.items())
+            replies[c] = _reply(params, w, float(torch.rand((), generator=g)) + i)
+        w, log = server.server_round(t, w, replies)
+        out.append((w, log))
+    return out
+
+
+@pytest.mark.parametrize("reading", READINGS)
+def test_same_seed_same_bits_and_the_log_holds_the_statistics(reading):
+    a, b = _trace(reading), _trace(reading)
+    for (wa, la), (wb, lb) in zip(a, b):
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+        assert la["rho"] == lb["rho"] and la["rho_statistics"] == lb["rho_statistics"]
+        assert la["update_difference"] == lb["update_difference"]
+        for c, st in la["rho_statistics"].items():
+            assert set(st) == {"parameter", "tensor", "group"}
+            for part in st.values():
+                assert set(part) == {"min", "p1", "p50", "p99", "max", "mean"}
+                assert part["min"] <= part["p1"] <= part["p50"] <= part["p99"] <= part["max"]
+                assert all(np.isfinite(list(part.values())))
+            assert st["group"]["min"] <= la["rho"][c] - 1 <= st["group"]["max"] + 1e-12
+        assert set(la["update_difference"]) == {
+            "rel_diff", "best_scale", "rel_diff_beyond_scale", "cosine", "norm_fedavg",
+            "rel_diff_vs_rank",
+        }
+
+
+def test_rho_summary_row_of_a_round_log_entry():
+    from fedrepro.papers.fedsumm.report import RHO_SUMMARY_COLUMNS, rho_summary
+
+    part = lambda lo, mid, hi: {"min": lo, "p1": lo, "p50": mid, "p99": hi, "max": hi, "mean": mid}
+    entry = {
+        "rho": {"a": 1.5, "b": 1.25},
+        "rho_statistics": {
+            "a": {"parameter": part(-0.5, 0.1, 2.0), "tensor": part(0.0, 0.2, 1.0),
+                  "group": part(0.0, 0.3, 1.0)},
+            "b": {"parameter": part(-0.25, 0.3, 1.0), "tensor": part(0.1, 0.4, 0.5),
+                  "group": part(0.1, 0.5, 0.5)},
+        },
+        "update_difference": {"rel_diff": 0.15, "best_scale": 1.12,
+                              "rel_diff_beyond_scale": 0.03, "rel_diff_vs_rank": 0.01},
+    }
+    row = rho_summary(entry)
+    assert set(row) == set(RHO_SUMMARY_COLUMNS)
+    assert (row["rho_client_min"], row["rho_client_max"]) == (0.25, 0.5)
+    # min over clients, max over clients, quantiles and mean averaged over clients
+    assert (row["param_min"], row["param_max"]) == (-0.5, 2.0)
+    assert row["param_p50"] == pytest.approx(0.2) and row["param_p1"] == pytest.approx(-0.375)
+    assert (row["tensor_min"], row["tensor_max"], row["group_p50"]) == pytest.approx((0.0, 1.0, 0.4))
+    assert row["update_rel_diff"] == 0.15 and row["update_rel_diff_other_assignment"] == 0.01
+    fedavg = rho_summary({"rho": {"a": 1.0}, "rho_statistics": entry["rho_statistics"]})
+    assert math.isnan(fedavg["update_rel_diff"]) and fedavg["param_max"] == 2.0
+    assert all(math.isnan(v) for v in rho_summary({}).values())  # a log from before issue 14
