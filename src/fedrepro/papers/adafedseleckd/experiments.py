@@ -208,11 +208,7 @@ def bar_figure(spec: Mapping, score_files: Sequence[str], out: Mapping[str, str]
     _write_csv(s, out["csv"])
     groups = list(dict.fromkeys(zip(s["series"], s["method"])))
     clients = list(dict.fromkeys(s["client"]))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(clients) + 2), 3.6))
     width = 0.8 / max(len(groups), 1)
     for j, (series, method) in enumerate(groups):
@@ -229,7 +225,6 @@ def bar_figure(spec: Mapping, score_files: Sequence[str], out: Mapping[str, str]
     ax.legend(fontsize=7)
     fig.tight_layout()
     _save_png(fig, out["png"])
-    plt.close(fig)
     write_text_atomic(out["md"], "\n".join(_header(spec) + [NOT_GIVEN, "", _md_table(s), ""]))
     return s
 
@@ -240,11 +235,7 @@ def tau_figure(spec: Mapping, score_files: Sequence[str], out: Mapping[str, str]
     s.insert(0, "tau", [float(x.split("=", 1)[1]) for x in s["series"]])
     s = s.sort_values(["client", "tau"], kind="stable").reset_index(drop=True)
     _write_csv(s, out["csv"])
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for client, sub in s.groupby("client", sort=False):
         ax.errorbar(sub["tau"], sub["ours_mean"], yerr=sub["ours_std"], marker="o", capsize=2,
@@ -255,15 +246,25 @@ def tau_figure(spec: Mapping, score_files: Sequence[str], out: Mapping[str, str]
     ax.legend(fontsize=7)
     fig.tight_layout()
     _save_png(fig, out["png"])
-    plt.close(fig)
     write_text_atomic(out["md"], "\n".join(_header(spec) + [
         NOT_GIVEN + " The paper chose τ = 5 from this search (§IV-D).", "", _md_table(s), ""]))
     return s
 
 
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save_png(fig, path: str) -> None:
+    """Write ``fig`` atomically (no software tag: same bits on rerun) and close it."""
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=130, metadata={"Software": None})
+    _pyplot().close(fig)
 
 
 # -- Fig. 11 and §V-C ----------------------------------------------------------------------
@@ -287,6 +288,13 @@ def figure11(spec: Mapping, trace_files: Sequence[str], provenance_files: Sequen
         client = Path(path).stem
         for rec in read_jsonl(path):
             tags[(seed, client, rec["id"])] = rec
+    word_ids_of: dict[tuple, list[int]] = {}  # one tokenisation per example, not per occurrence
+
+    def word_ids(key: tuple, rec: dict) -> list[int]:
+        if key not in word_ids_of:
+            word_ids_of[key] = pos.word_ids_for_targets(rec["target"], rec["words"], tokenizer, max_target)
+        return word_ids_of[key]
+
     shares: dict[str, list[float]] = {}
     words_by_client: dict[str, list[tuple[str, bool | None]]] = {}
     for trace_path, prov_path in zip(trace_files, provenance_files):
@@ -302,9 +310,9 @@ def figure11(spec: Mapping, trace_files: Sequence[str], provenance_files: Sequen
                     rec = tags.get((seed, client, ex_id))
                     if rec is None:
                         raise InputError(f"{trace_path}: no POS tags for {client}/{ex_id} (seed {seed})")
-                    word_ids = pos.word_ids_for_targets(rec["target"], rec["words"], tokenizer, max_target)
+                    ids = word_ids((seed, client, ex_id), rec)
                     for bits in bit_lists:
-                        decided = pos.words_distilled([b == "1" for b in bits], word_ids,
+                        decided = pos.words_distilled([b == "1" for b in bits], ids,
                                                       len(rec["words"]), rule)
                         occurrences.append(decided)
                         words_by_client.setdefault(client, []).extend(

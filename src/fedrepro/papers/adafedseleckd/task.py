@@ -123,7 +123,7 @@ def client_train_round(
         model.load_adapter_state("global", server_state)
         folder = client_state_path(cell, client, round_index).parent
         prev = latest_client_round(folder, CLIENT_STATE_PREFIX, round_index - 1) if round_index > 1 else 0
-        inherited = inherited_local(cell, client)
+        inherited = None if local_start(cell) == "aggregate" or prev else inherited_local(cell, client)
         if local_start(cell) == "aggregate":  # Algorithm 1, line 4 read literally: W from W^r
             model.load_adapter_state("local", server_state)
         elif prev:
@@ -165,24 +165,33 @@ def hard_kd_examples(cell: dict, client: str, examples, tokenizer) -> list[dict]
     True where the token belongs to a target word spaCy tagged with one of ``hard_kd_tags``
     (:func:`fedrepro.papers.adafedseleckd.pos.hard_kd_token_mask`; tags from the client's
     ``pos_tags`` file, made by the workflow's ``adafedseleckd_pos_tags`` rule)."""
-    from fedrepro.papers.adafedseleckd import pos
-
     path = (cell.get("pos_tags") or {}).get(client)
     if not path:
         raise InputError(f"AdaFedHardKD cell has no POS tags for client {client!r} (cell key pos_tags)")
-    tagged = {r["id"]: r for r in read_jsonl(path)}
+    masks = _hard_kd_masks(str(path), tokenizer, int(cell["max_target_length"]),
+                           tuple(cell.get("hard_kd_tags", ("NOUN", "VERB"))))
     out = []
     for e in examples:
-        rec = tagged.get(e["id"])
-        if rec is None:
+        mask = masks.get(e["id"])
+        if mask is None:
             raise InputError(f"{path}: no POS tags for training example {e['id']!r}; rerun the tagging rule")
-        word_ids = pos.word_ids_for_targets(rec["target"], rec["words"], tokenizer,
-                                            int(cell["max_target_length"]))
-        if len(word_ids) != len(e["labels"]):
-            raise InputError(f"{path}: example {e['id']!r} has {len(word_ids)} label tokens in the tags "
+        if len(mask) != len(e["labels"]):
+            raise InputError(f"{path}: example {e['id']!r} has {len(mask)} label tokens in the tags "
                              f"and {len(e['labels'])} in training; the target text differs")
-        mask = pos.hard_kd_token_mask(word_ids, rec["words"], tuple(cell.get("hard_kd_tags", ("NOUN", "VERB"))))
-        out.append({**e, "kd_allowed": mask})
+        out.append({**e, "kd_allowed": list(mask)})
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _hard_kd_masks(path: str, tokenizer, max_target_length: int, tags: tuple[str, ...]) -> dict:
+    """``{example id: label-token mask}`` of one client's POS file, computed once per process
+    (every round of a cell, and every cell of a row job, reuses it)."""
+    from fedrepro.papers.adafedseleckd import pos
+
+    out = {}
+    for rec in read_jsonl(path):
+        word_ids = pos.word_ids_for_targets(rec["target"], rec["words"], tokenizer, max_target_length)
+        out[rec["id"]] = tuple(pos.hard_kd_token_mask(word_ids, rec["words"], tags))
     return out
 
 

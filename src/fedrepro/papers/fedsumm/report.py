@@ -158,6 +158,17 @@ def rho_summary(entry: Mapping) -> dict[str, float]:
     return {k: (np.nan if v is None else float(v)) for k, v in out.items()}
 
 
+def _cell_key(meta: dict) -> dict:
+    """A FedSUMM cell's identity from its ``scores.json``."""
+    return {
+        "corpus": meta["corpus"],
+        "n": int(meta["num_clients"]),
+        "model": meta["model"],
+        "regime": meta["regime"],
+        "seed": int(meta["seed"]),
+    }
+
+
 def collect_rounds(log_paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per round (``corpus, n, model, regime, seed, round, perplexity, rougeL, rho_mean,
     train_loss`` and :func:`rho_summary`'s columns) and per step (``…, round, step, x, loss``) from the cells' ``train_log.json``;
@@ -165,13 +176,7 @@ def collect_rounds(log_paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame
     rounds, steps = [], []
     for path in log_paths:
         meta = read_json(Path(path).parent / "scores.json")
-        key = {
-            "corpus": meta["corpus"],
-            "n": int(meta["num_clients"]),
-            "model": meta["model"],
-            "regime": meta["regime"],
-            "seed": int(meta["seed"]),
-        }
+        key = _cell_key(meta)
         for entry in read_json(path)["rounds"]:
             r = int(entry["round"])
             ev = entry.get("evaluation") or {}
@@ -596,13 +601,7 @@ def dp_tradeoff(log_paths: Iterable[str | os.PathLike], out, scale: str) -> pd.D
     for path in log_paths:
         meta = read_json(Path(path).parent / "scores.json")
         entries = read_json(path)["rounds"]
-        key = {
-            "corpus": meta["corpus"],
-            "n": int(meta["num_clients"]),
-            "model": meta["model"],
-            "regime": meta["regime"],
-            "seed": int(meta["seed"]),
-        }
+        key = _cell_key(meta)
         dps = [e.get("dp") for e in entries]
         if any(d is None for d in dps) and not all(d is None for d in dps):
             raise InputError(f"{path}: some rounds have a dp entry and some do not")
