@@ -36,7 +36,7 @@ HEADLINES = tuple(
              claimed=1.2,
              claim="AdaFedSelectKD outperforms AdaFedAvg, improving the ROUGE score by "
                    "approximately 1.2 points (Tables III, IV, VI; our reading: the mean over "
-                   "clients and R-1/R-2/R-L)")
+                   "clients and R-1/R-2/R-L, which in the paper's own tables is 1.07, 0.84, 0.88)")
     for target in MAIN
 ) + tuple(
     Headline(PAPER, target, "AdaFedSelectKD", "AdaFedKD", tuple(ROUGE.values()), _RESULTS,
