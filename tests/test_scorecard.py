@@ -150,7 +150,7 @@ def _merged(name: str) -> dict:
 @pytest.mark.parametrize("config_name", ["config.yaml", "paper.yaml"])
 def test_every_table_of_the_grid_has_a_spec(config_name):
     config = _merged(config_name)
-    specs, headlines = catalog.scorecard_specs()
+    specs, _ = catalog.scorecard_specs()
     keys = {s.key for s in specs}
     tables = [sc.table_key(p) for p in catalog.table_files(config)]
     assert tables, "the grid builds no table"
@@ -171,7 +171,7 @@ def test_demo_grid_tables_are_the_sixteen_the_demo_builds():
 
 
 def test_every_spec_selects_reference_numbers_once():
-    specs, headlines = catalog.scorecard_specs()
+    specs, _ = catalog.scorecard_specs()
     ref = load_paper_results()
     counts = {}
     for spec in specs:
