@@ -81,19 +81,19 @@ def test_progress_counts_cells_done_and_outputs_built(tmp_path, capsys):
     assert (fig3.done, fig3.total, fig3.built) == (0, 2, False)
     assert rows[("fedsumm", "table1")].total == len(catalog.target_cells(config, "fedsumm",
                                                                          "table1"))
-    assert set(p for p, _ in rows) == set(catalog.PAPERS)
+    assert {p for p, _ in rows} == set(catalog.PAPERS)
     # the command line: config/config.yaml first, as the Snakefile, then --configfile over it
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
     assert progress.main(["--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^fedmcp\s+table2\s+1/3  built$", out, re.M)
-    assert re.search(r"^fedmcp\s+figure3\s+0/2  -$", out, re.M)
+    assert re.search(r"^fedmcp\s+table2\s+1/3  built$", out, re.MULTILINE)
+    assert re.search(r"^fedmcp\s+figure3\s+0/2  -$", out, re.MULTILINE)
     assert progress.main(["--root", str(tmp_path), "--configfile",
                           str(ROOT / "config" / "paper.yaml")]) == 0
     paper = capsys.readouterr().out
     n_paper = len(catalog.target_cells(_merged("paper.yaml"), "fedsum", "table3"))
-    assert re.search(rf"^fedsum\s+table3\s+0/{n_paper}  -$", paper, re.M)
+    assert re.search(rf"^fedsum\s+table3\s+0/{n_paper}  -$", paper, re.MULTILINE)
 
 
 def test_adafedseleckd_local_and_sampled_cells_log_each_round(tmp_path, caplog):
