@@ -5,6 +5,7 @@ papers' headline claims read from the reference numbers."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -218,3 +219,20 @@ def test_headline_claims_match_the_papers_own_tables():
         pytest.approx(85.11 - 84.13)
     assert seen[("table1", "FedMCP − FedAvg (PEFT)", ("accuracy",), ("Avg",))] == \
         pytest.approx(85.11 - 83.62)
+
+
+@pytest.mark.parametrize("config_name", ["config.yaml", "paper.yaml"])
+def test_the_scorecard_rule_reads_every_table_of_the_run(config_name):
+    """``snakemake -n scorecard`` (dry run) on the demo and the paper config: the rule's inputs
+    are exactly the grid's tables."""
+    from helpers import run_snakemake
+
+    res = run_snakemake("-n", "scorecard", "--configfile", f"config/{config_name}", timeout=180)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert re.search(r"^scorecard\s+1$", out, re.MULTILINE)
+    block = out[out.index("rule scorecard:"):]
+    inputs = re.search(r"input: (.*)", block)[1].split(", ")
+    assert sorted(inputs) == sorted(catalog.table_files(_merged(config_name)))
+    for paper in catalog.PAPERS:
+        assert f"results/figures/scorecard_{paper}.png" in block
