@@ -426,16 +426,18 @@ def _views(card: pd.DataFrame) -> list[tuple[str, str, str, dict[str, pd.DataFra
             views["note"] = pd.DataFrame({"note": [status["note"]]})
         err = t[t["section"] == "error"].pivot_table(index="metric", columns="statistic",
                                                       values="value", sort=False)
-        views["|ours − paper| per metric"] = err.reindex(
-            columns=["n", "mean_abs_diff", "max_abs_diff", "mean_diff", "not_run",
-                     "not_in_paper"]).reset_index()
+        err = err.reindex(columns=["n", "mean_abs_diff", "max_abs_diff", "mean_diff", "not_run",
+                                   "not_in_paper"])
+        for col in ("n", "not_run", "not_in_paper"):
+            err[col] = err[col].astype("Int64")
+        views["|ours − paper| per metric"] = err.rename_axis(columns=None).reset_index()
         rank = t[t["section"] == "rank"]
         if not rank.empty:
             tau = rank[rank["statistic"] == "kendall_tau"].set_index(["group", "metric"])
             n = rank[rank["statistic"] == "n_methods"].set_index(["group", "metric"])["value"]
             best = t[t["section"] == "best"].set_index(["group", "metric"])
             views["rank agreement and best method"] = pd.DataFrame({
-                "n methods": n, "Kendall tau": tau["value"], "paper's best": best["method"],
+                "n methods": n.astype("Int64"), "Kendall tau": tau["value"], "paper's best": best["method"],
                 "wins here": best["value"].map(
                     lambda v: "–" if pd.isna(v) else ("yes" if v == 1.0 else "no")),
                 "ours": best["note"].str.removeprefix("our best: "),
@@ -447,13 +449,14 @@ def _views(card: pd.DataFrame) -> list[tuple[str, str, str, dict[str, pd.DataFra
                 ["method", "group", "metric"])["note"]
             h = h.reindex(columns=["ours_gap", "paper_gap", "claimed_gap"])
             h["source"] = src
-            views["headline gaps"] = h.reset_index().rename(columns={"method": "gap"})
+            views["headline gaps"] = (h.rename_axis(columns=None).reset_index()
+                                      .rename(columns={"method": "gap"}))
         nums = t[t["section"] == "numbers"]
         wide = _wide(nums, ["group", "method", "metric"])
         st = nums[nums["statistic"] == "ours"].set_index(["group", "method", "metric"])["note"]
         wide = wide.reindex(columns=["ours", "paper", "diff"])
         wide["status"] = st
-        views["every number"] = wide.reset_index()
+        views["every number"] = wide.rename_axis(columns=None).reset_index()
         out.append((paper, table, title, views))
     return out
 
