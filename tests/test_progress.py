@@ -89,6 +89,8 @@ def test_progress_counts_cells_done_and_outputs_built(tmp_path, capsys):
     out = capsys.readouterr().out
     assert re.search(r"^fedmcp\s+table2\s+1/3  built$", out, re.MULTILINE)
     assert re.search(r"^fedmcp\s+figure3\s+0/2  -$", out, re.MULTILINE)
+    assert progress.distinct_cells(config, tmp_path)[0] == 1
+    assert re.search(r"^distinct cells done 1/\d+$", out, re.MULTILINE)
     assert progress.main(["--root", str(tmp_path), "--configfile",
                           str(ROOT / "config" / "paper.yaml")]) == 0
     paper = capsys.readouterr().out

@@ -50,7 +50,14 @@ def progress(config: dict, root: str | Path = ".") -> list[TargetProgress]:
     return out
 
 
-def render(rows: list[TargetProgress]) -> str:
+def distinct_cells(config: dict, root: str | Path = ".") -> tuple[int, int]:
+    """``(done, total)`` over the run's distinct cells (a cell several targets read counts once)."""
+    cells = {c for paper, ts in catalog.targets(config).items() for t in ts
+             for c in catalog.target_cells(config, paper, t)}
+    return sum(catalog.is_done(c, root) for c in cells), len(cells)
+
+
+def render(rows: list[TargetProgress], distinct: tuple[int, int] | None = None) -> str:
     """A plain-text table: paper, target, cells done/total, built; then the totals."""
     lines = [f"{'paper':<14} {'target':<14} {'cells':>11}  output"]
     for r in rows:
@@ -61,6 +68,8 @@ def render(rows: list[TargetProgress]) -> str:
     built = sum(r.built for r in rows)
     lines.append(f"targets built {built}/{len(rows)}; cell reads done {done}/{total} "
                  "(a cell read by several targets counts once per target)")
+    if distinct is not None:
+        lines.append(f"distinct cells done {distinct[0]}/{distinct[1]}")
     return "\n".join(lines) + "\n"
 
 
@@ -96,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     files = [root / DEFAULT_CONFIG] + [Path(p) if Path(p).is_absolute() else root / p
                                       for p in args.configfile]
     config = load_config([str(p) for p in dict.fromkeys(files)])
-    sys.stdout.write(render(progress(config, root)))
+    sys.stdout.write(render(progress(config, root), distinct_cells(config, root)))
     return 0
 
 
