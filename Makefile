@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test lint dry-run-paper rehearse clean
+.PHONY: demo scorecard progress test lint dry-run-paper rehearse clean
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -17,6 +17,14 @@ $(STAMP): requirements.txt pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/snakemake --cores all
+
+# the reproduction scorecard alone (results/scorecard/, results/figures/scorecard_<paper>.png)
+scorecard: $(STAMP)
+	$(BIN)/snakemake --cores all scorecard
+
+# which cells of a (possibly running) run are done, per paper and target; CONFIG=config/paper.yaml
+progress: $(STAMP)
+	$(BIN)/python -m fedrepro.progress $(if $(CONFIG),--configfile $(CONFIG))
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests

@@ -28,6 +28,7 @@ from fedrepro.fl.checkpoint import last_participation, latest_client_round, load
 from fedrepro.fl.checkpoint import checkpoint_paths, prepare_checkpoints
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
+from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
 
@@ -322,6 +323,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         model.load_adapter_state("local", initial_state(cell))
     name = "+".join(cell["clients"]) if len(cell["clients"]) > 1 else cell["clients"][0]
     pad_id, start_id = special_ids(model)
+    progress = RoundProgress(rounds, len(cell["clients"]), start_round=done, logger=log)
     for r in range(done + 1, rounds + 1):
         t0 = time.perf_counter()
         torch.manual_seed(0)  # no randomness is drawn in training; fixed for safety
@@ -338,7 +340,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
             {"round": r, "clients": [{"client": name, "num_examples": len(examples), **stats}],
              "bytes_down": 0, "bytes_up": 0, "seconds": time.perf_counter() - t0},
         )
-        log.info("round %d/%d: loss %.4f", r, rounds, stats["train_loss"])
+        progress.log(r, extra=f"loss {stats['train_loss']:.4f}")
     return final_states(cell)
 
 
