@@ -71,9 +71,9 @@ def _train(model, cache, examples, rounds: int = 2, epochs: int = 2, method: str
 
 def _assert_byte_identical(a: dict, b: dict) -> None:
     assert list(a) == list(b)
-    for k in a:
-        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
-        assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), k
+    for k, v in a.items():
+        assert v.dtype == b[k].dtype and v.shape == b[k].shape
+        assert v.numpy().tobytes() == b[k].numpy().tobytes(), k
 
 
 @pytest.mark.parametrize("method", ["AdaFedSelectKD", "AdaFedAvg"])
