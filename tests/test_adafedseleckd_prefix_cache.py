@@ -9,7 +9,12 @@ from collections import OrderedDict
 import helpers
 import pytest
 import torch
-from transformers import BartConfig, BartForConditionalGeneration
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    LEDConfig,
+    LEDForConditionalGeneration,
+)
 
 from fedrepro.data.seq2seq import collate
 from fedrepro.io import InputError
@@ -30,13 +35,18 @@ from fedrepro.papers.adafedseleckd.prefix_cache import (
 PAD, START = 1, 2
 
 
-def _model(roles=("global", "local"), seed: int = 0) -> AdapterSummarizer:
+def _model(roles=("global", "local"), seed: int = 0, family: str = "bart") -> AdapterSummarizer:
     torch.manual_seed(seed)
-    cfg = BartConfig(vocab_size=120, d_model=32, encoder_layers=2, decoder_layers=3,
-                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-                     decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=PAD,
-                     decoder_start_token_id=START)
-    model = AdapterSummarizer(BartForConditionalGeneration(cfg), 2, 16, roles)
+    sizes = {"vocab_size": 120, "d_model": 32, "encoder_layers": 2, "decoder_layers": 3,
+                 "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
+                 "decoder_ffn_dim": 64, "pad_token_id": PAD, "decoder_start_token_id": START}
+    if family == "led":
+        backbone = LEDForConditionalGeneration(LEDConfig(
+            **sizes, max_encoder_position_embeddings=128, max_decoder_position_embeddings=64,
+            attention_window=[8, 8]))
+    else:
+        backbone = BartForConditionalGeneration(BartConfig(**sizes, max_position_embeddings=64))
+    model = AdapterSummarizer(backbone, 2, 16, roles)
     init = initial_adapter_state(32, 16, 2, seed=7)
     for role in roles:
         model.load_adapter_state(role, init)
@@ -104,10 +114,11 @@ def test_a_client_over_the_budget_trains_uncached_with_a_log_line_and_the_same_b
     _assert_byte_identical(reference, got)
 
 
-def test_the_canonical_prefix_matches_the_padded_batch_prefix_numerically():
+@pytest.mark.parametrize("family", ["bart", "led"])
+def test_the_canonical_prefix_matches_the_padded_batch_prefix_numerically(family):
     """Per-example prefix, zero-padded and re-assembled, gives the padded batch's logits at every
     real target position (to float rounding: the two differ only in reduction order)."""
-    model = _model()
+    model = _model(family=family)
     examples = _examples(4)
     batch = collate(examples, PAD, START)
     cache = PrefixCache("fp32", 1 << 30)
@@ -161,7 +172,9 @@ def test_a_changed_backbone_or_example_invalidates_the_cache(caplog):
     cache.batch_prefix(model, batch, batch)
     assert cache.misses == 6
     # a changed example: a new key; the old entry of the client is dropped at its next round
-    changed = [dict(examples[0], labels=examples[0]["labels"][:-1] + [7])] + examples[1:]
+    # (a changed first target token: the decoder input ids are the labels shifted right)
+    first = examples[0]["labels"]
+    changed = [dict(examples[0], labels=[first[0] % 100 + 7] + first[1:])] + examples[1:]
     cache.begin(model, "c", changed)
     assert len(cache._store) == 2
     b2 = collate(changed, PAD, START)
@@ -221,3 +234,22 @@ def test_client_rounds_of_a_cell_are_byte_identical_with_the_cache(tmp_path):
     cell["train"] |= {"backbone_dropout": True}
     with pytest.raises(InputError, match="backbone_dropout"):
         task.client_train_round(cell, cell["clients"][0], 1, task.initial_state(cell))
+
+
+def test_prefix_store_needs_a_backbone_with_per_example_prefixes():
+    """LongT5 (position biases handed up the decoder): no cache; with prefix_cache off its batch
+    prefix is computed per padded batch as before."""
+    from types import SimpleNamespace
+
+    from fedrepro.papers.adafedseleckd import task
+
+    longt5 = SimpleNamespace(backbone_dropout=False, supports_example_prefix=False,
+                             backbone=SimpleNamespace())
+    cell = {"train": {"backbone_dropout": False, "prefix_cache": "fp32"}}
+    with pytest.raises(InputError, match="supports BART and LED"):
+        task.prefix_store(cell, longt5)
+    assert task.prefix_store({"train": {"backbone_dropout": False}}, longt5) is None
+    bart = _model()
+    assert task.prefix_store({"train": {"backbone_dropout": False}}, bart).mode == "off"
+    bart.backbone_dropout = True
+    assert task.prefix_store({"train": {"backbone_dropout": True}}, bart) is None
