@@ -253,3 +253,25 @@ def test_prefix_store_needs_a_backbone_with_per_example_prefixes():
     assert task.prefix_store({"train": {"backbone_dropout": False}}, bart).mode == "off"
     bart.backbone_dropout = True
     assert task.prefix_store({"train": {"backbone_dropout": True}}, bart) is None
+
+
+def test_config_validation_names_both_keys_when_a_cache_meets_backbone_dropout():
+    from helpers import ROOT, configs
+
+    from fedrepro.config import validate_config
+
+    for cfg in configs():  # both configs: dropout on, cache off
+        assert cfg["adafedseleckd"]["train"]["prefix_cache"] == "off"
+        assert cfg["adafedseleckd"]["train"]["backbone_dropout"] is True
+        validate_config(cfg, ROOT / "config" / "schema.yaml")
+    cfg = configs()[0]
+    cfg["adafedseleckd"]["train"]["prefix_cache"] = "fp32"
+    with pytest.raises(InputError) as err:
+        validate_config(cfg, ROOT / "config" / "schema.yaml")
+    assert "adafedseleckd.train.prefix_cache (fp32)" in str(err.value)
+    assert "adafedseleckd.train.backbone_dropout (true)" in str(err.value)
+    cfg["adafedseleckd"]["train"]["backbone_dropout"] = False
+    validate_config(cfg, ROOT / "config" / "schema.yaml")
+    cfg["adafedseleckd"]["train"]["prefix_cache"] = False  # YAML's unquoted off
+    with pytest.raises(InputError, match="prefix_cache"):
+        validate_config(cfg, ROOT / "config" / "schema.yaml")
