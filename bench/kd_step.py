@@ -150,7 +150,9 @@ def main() -> None:
         "step_time_mean_s": {k: statistics.fmean(v) for k, v in times.items()},
         "ratio_selectkd_over_fedavg": med["AdaFedSelectKD"] / med["AdaFedAvg"],
         "target_ratio": TARGET,
-        "settings": vars(args) | {"model": model_settings, "backbone_dropout": False},
+        "settings": {k: v for k, v in vars(args).items()
+                     if args.backbone == "tiny" or k not in ("adapter_top_k", "bottleneck")}
+                    | {"model": model_settings, "backbone_dropout": False},
         "machine": machine(args.device),
         "date": now(),
     }
