@@ -197,14 +197,14 @@ def _step(model, spec: MethodSpec, batch: dict, device, hp: TrainHParams, tau: f
 
     host_batch, batch = batch, to_device(batch, device)
     n_kd = 0
-    prefix = None if prefix_cache is None else prefix_cache.batch_prefix(model, host_batch, batch)
+    shared = {} if prefix_cache is None else {"prefix": prefix_cache.batch_prefix(model, host_batch, batch)}
     student, teacher = model.path_logits(
         batch["input_ids"],
         batch["attention_mask"],
         batch["decoder_input_ids"],
         student="local",
         teacher="global" if spec.distill else None,
-        prefix=prefix,
+        **shared,
     )
     labels = batch["labels"]
     kd_mask = None
