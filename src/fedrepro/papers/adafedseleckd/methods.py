@@ -35,10 +35,10 @@ from collections.abc import Sequence
 
 import torch
 
-from fedrepro.fl.algorithms import fedprox_proximal_term
-from fedrepro.papers.adafedseleckd.kd import cross_entropy_loss, selective_kd_loss
 from fedrepro.data.seq2seq import derive_seed, iterate_batches
+from fedrepro.fl.algorithms import fedprox_proximal_term
 from fedrepro.io import InputError
+from fedrepro.papers.adafedseleckd.kd import cross_entropy_loss, selective_kd_loss
 
 
 @dataclasses.dataclass(frozen=True)
