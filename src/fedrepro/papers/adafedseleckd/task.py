@@ -56,6 +56,35 @@ def get_model(cell: dict):
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _cached_prefix_store(model, mode: str, budget: int):
+    from fedrepro.papers.adafedseleckd.prefix_cache import PrefixCache
+
+    return PrefixCache(mode, budget)
+
+
+def prefix_store(cell: dict, model):
+    """The process's frozen-prefix cache for ``model`` (``adafedseleckd.train.prefix_cache``,
+    ``prefix_cache_budget_mb``), kept across the clients and rounds this process trains, or
+    ``None`` when the backbone's dropout runs (the prefix is then computed per padded batch, and
+    a cache is an InputError naming both keys).  With the backbone in eval mode every batch's
+    prefix is the canonical per-example one, stored or not (mode ``off``), so the cache never
+    changes a bit of the result (:mod:`fedrepro.papers.adafedseleckd.prefix_cache`)."""
+    from fedrepro.papers.adafedseleckd.prefix_cache import prefix_cache_settings
+
+    mode, budget = prefix_cache_settings(cell["train"])
+    if model.backbone_dropout:
+        return None
+    if not model.supports_example_prefix:
+        if mode != "off":
+            raise InputError(
+                f"adafedseleckd.train.prefix_cache: {mode} supports BART and LED backbones, not "
+                f"{type(model.backbone).__name__}; set prefix_cache: off"
+            )
+        return None
+    return _cached_prefix_store(model, mode, budget)
+
+
 def client_split_path(cell: dict, client: str, split: str) -> Path:
     try:
         folder = Path(cell["client_data"][client])
@@ -152,7 +181,7 @@ def client_train_round(
         proximal_to = {k: v.to(device) for k, v in server_state.items()}
     stats = local_update(
         model, spec, examples, hp, optimizer, int(cell["seed"]), client, round_index, pad_id,
-        start_id, proximal_to=proximal_to, trace=trace,
+        start_id, proximal_to=proximal_to, trace=trace, prefix_cache=prefix_store(cell, model),
     )
     state = OrderedDict(cpu_state(model.adapter_state("local")))
     write_trace(trace_path(cell, client, round_index), trace)
@@ -329,7 +358,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         torch.manual_seed(0)  # no randomness is drawn in training; fixed for safety
         trace: dict = {}
         stats = local_update(model, spec, examples, hp, optimizer, int(cell["seed"]), name, r, pad_id,
-                             start_id, trace=trace)
+                             start_id, trace=trace, prefix_cache=prefix_store(cell, model))
         write_trace(trace_path(cell, name, r), trace)
         state_path, meta_path = checkpoint_paths(cell["out_dir"], r)
         save_state(state_path, model.adapter_state("local"))
