@@ -20,16 +20,11 @@ demo: $(STAMP)
 
 # The page to open first: every table and figure the last run wrote (only those on disk), with
 # captions, the scorecard and provenance, as one self-contained results/report.html. It never
-# trains: only the report's own rules may run (HTML renderings, provenance, scorecard).
+# trains: only the report's own rules may run (fedrepro.reporting.make_report).
 # Another config: make report CONFIG=config/paper.yaml
 CONFIG ?=
-REPORT_ARGS = $(if $(CONFIG),--configfile $(CONFIG))
 report: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores all $(REPORT_ARGS) --forcerun report_provenance \
-	  --allowed-rules $$($(BIN)/snakemake --list-rules $(REPORT_ARGS) | grep -E '^(report_|scorecard)') \
-	  -- report_contents
-	$(BIN)/snakemake $(REPORT_ARGS) report_contents --report results/report.html
-	@echo "open results/report.html"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m fedrepro.reporting.make_report $(if $(CONFIG),--configfile $(CONFIG))
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests

@@ -37,6 +37,9 @@ _PROBE = r"""
       await sleep(300);
       out.categories[cat] = {};
       for (const sub of Object.keys(categories[cat])) {
+        // as a reader: back to the paper's page, then into the subcategory (a fresh list)
+        app.setView({ navbarMode: "category", category: cat });
+        await sleep(200);
         app.setView({ navbarMode: "subcategory", category: cat, subcategory: sub });
         await sleep(300);
         out.categories[cat][sub] = document.body.innerText;
