@@ -92,7 +92,7 @@ def test_every_caption_renders_with_the_config_and_says_what_was_run(cfg_name):
         env.from_string((ROOT / "report" / extra).read_text()).render(snakemake=Snakemake)
     # the dry run of the full report resolves the paper grid and one rendering per table
     n_tables = sum(i["kind"] == "table" for i in items)
-    assert re.search(rf"^report_table_html\s+{n_tables}$", out, flags=re.M), out[-3000:]
+    assert re.search(rf"^report_table_html\s+{n_tables}$", out, flags=re.MULTILINE), out[-3000:]
 
 
 def test_run_summary_reads_the_config():

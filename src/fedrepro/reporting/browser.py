@@ -148,7 +148,7 @@ def _run(args: list[str], timeout: int) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
         return subprocess.run(
             [browser, *_FLAGS, f"--user-data-dir={profile}", *args],
-            capture_output=True, text=True, timeout=timeout,
+            check=False, capture_output=True, text=True, timeout=timeout,
         )
 
 
@@ -160,7 +160,7 @@ def inspect(report: str | Path, budget_ms: int = 60000, timeout: int = 300) -> d
     with tempfile.TemporaryDirectory() as tmp:
         page = _with_script(Path(report), _PROBE, Path(tmp))
         res = _run([f"--virtual-time-budget={budget_ms}", "--dump-dom", page.as_uri()], timeout)
-    m = re.search(r'<pre id="fedrepro-probe">(.*?)</pre>', res.stdout, flags=re.S)
+    m = re.search(r'<pre id="fedrepro-probe">(.*?)</pre>', res.stdout, flags=re.DOTALL)
     if m is None:
         raise RuntimeError(
             f"{report}: the probe wrote nothing (the page did not finish in {budget_ms} ms of "

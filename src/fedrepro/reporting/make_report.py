@@ -31,7 +31,8 @@ def _snakemake() -> str:
 
 
 def _run(args: list[str], cwd: Path) -> str:
-    res = subprocess.run([_snakemake(), *args], cwd=cwd, capture_output=True, text=True)
+    res = subprocess.run([_snakemake(), *args], check=False, cwd=cwd, capture_output=True,
+                         text=True)
     if res.returncode != 0:
         raise SystemExit(
             f"snakemake {' '.join(args)} failed (exit {res.returncode}):\n"

@@ -35,7 +35,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-
 PAPERS = ("adafedseleckd", "fedmcp", "fedsum", "fedsumm")
 PAPER_TITLES = {
     "adafedseleckd": "AdaFedSelecKD",
@@ -90,6 +89,62 @@ def report_items(outputs: Iterable[str], root: str | os.PathLike = ".") -> list[
             "exists": (Path(root) / p).is_file(),
         }
     return [items[k] for k in sorted(items, key=lambda s: (s.split("_")[0], _natural(s)))]
+
+
+def result_label(item: Mapping[str, Any]) -> str:
+    """How the report names a table or figure: ``table3`` -> ``Table 3``, ``table_wikihow`` ->
+    ``Table (wikihow)``, ``dp_tradeoff`` as it is."""
+    name = item["name"]
+    for word, nice in (("table", "Table "), ("figure", "Figure ")):
+        if name.startswith(word):
+            rest = name[len(word):].lstrip("_").replace("_", " ")
+            return nice + (rest if rest[:1].isdigit() else f"({rest})" if rest else "")
+    return name
+
+
+def report_entries(items: Iterable[Mapping[str, Any]], scale: str,
+                   scorecard: bool) -> list[tuple[str, dict]]:
+    """The arguments of Snakemake's ``report()`` flag for each report entry: (file, keywords).
+
+    Every item of :func:`report_items` (category = the paper, subcategory = Tables / Figures,
+    labels paper / result / kind / scale, its own caption), the provenance page and, with
+    ``scorecard`` (``rules/scorecard.smk`` present), the scorecard table and one scorecard figure
+    per paper with a table among ``items``. Caption paths are relative to ``rules/``."""
+    items = list(items)
+    out = []
+    for item in items:
+        paper = PAPER_TITLES[item["paper"]]
+        out.append((item["show"], {
+            "caption": f"../{item['caption']}", "category": paper,
+            "subcategory": "Tables" if item["kind"] == "table" else "Figures",
+            "labels": {"paper": paper, "result": result_label(item), "kind": item["kind"],
+                       "scale": scale},
+        }))
+    out.append(("results/report/provenance.html", {
+        "caption": "../report/provenance.rst", "category": "Provenance",
+        "subcategory": "Provenance", "labels": {"page": "provenance", "scale": scale},
+    }))
+    if scorecard:
+        out.append(("results/scorecard/scorecard.html", {
+            "caption": "../report/scorecard.rst", "category": "Scorecard",
+            "subcategory": "Scorecard", "labels": {"page": "scorecard", "scale": scale},
+        }))
+        for paper in sorted({i["paper"] for i in items if i["kind"] == "table"}):
+            out.append((f"results/figures/scorecard_{paper}.png", {
+                "caption": "../report/scorecard_figure.rst", "category": "Scorecard",
+                "subcategory": "Scorecard",
+                "labels": {"page": PAPER_TITLES[paper], "scale": scale},
+            }))
+    return out
+
+
+def rule_patterns(rules: Iterable[Any]) -> dict[str, dict]:
+    """Each Snakemake rule's output patterns and benchmark pattern (for :func:`benchmark_file`)."""
+    return {
+        r.name: {"outputs": [str(o) for o in r.output],
+                 "benchmark": str(r.benchmark) if r.benchmark else None}
+        for r in rules
+    }
 
 
 def _natural(stem: str) -> tuple:
@@ -186,7 +241,7 @@ def metadata_records(metadata_dir: str | os.PathLike) -> dict[str, dict]:
         if not path.is_file():
             continue
         parts = path.relative_to(root).parts
-        b64 = "".join(p[1:] if p.startswith("@") else p for p in parts)
+        b64 = "".join(p.removeprefix("@") for p in parts)
         try:
             name = base64.urlsafe_b64decode(b64.encode()).decode()
             record = json.loads(path.read_text())
@@ -228,8 +283,9 @@ def benchmark_file(rule: str, output: str, patterns: Mapping[str, Mapping[str, A
     """The benchmark file of the job of ``rule`` that wrote ``output``: the wildcards of the
     first output pattern of the rule that matches, filled into the rule's benchmark pattern
     (``None`` where the rule keeps no benchmark or no pattern matches)."""
-    from snakemake.io import apply_wildcards, regex_from_filepattern
     import re
+
+    from snakemake.io import apply_wildcards, regex_from_filepattern
 
     spec = patterns.get(rule) or {}
     bench = spec.get("benchmark")
@@ -292,10 +348,13 @@ def package_versions() -> dict[str, str]:
 def git_commit(cwd: str | os.PathLike = ".") -> str:
     """HEAD's SHA (``-dirty`` when tracked files changed), or ``unknown`` outside a git checkout."""
     try:
-        run = dict(capture_output=True, text=True, timeout=10, check=True, cwd=cwd)
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], **run).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], **run)
-        return sha + ("-dirty" if dirty.stdout.strip() else "")
+        def git(*args):
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                                  check=True, cwd=cwd).stdout.strip()
+
+        sha = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -373,11 +432,11 @@ def provenance(
         "run": run_summary(config),
         "entries": entries,
         "notes": [
-            "Wall and CPU time per job are Snakemake's benchmark files (benchmarks/); jobs without "
-            "one (tables, figures, data preparation) are timed from Snakemake's metadata "
-            "(start to end).",
-            "GPU time is the wall time of the training and evaluation jobs whose cell recorded "
-            "GPU memory on a CUDA machine (provenance.json); 0 on a CPU-only run.",
+            ("Wall and CPU time per job are Snakemake's benchmark files (benchmarks/); jobs "
+             "without one (tables, figures, data preparation) are timed from Snakemake's "
+             "metadata (start to end)."),
+            ("GPU time is the wall time of the training and evaluation jobs whose cell recorded "
+             "GPU memory on a CUDA machine (provenance.json); 0 on a CPU-only run."),
             "A job shared by several tables (a backbone, a partition, a cell) counts in each.",
         ],
     }
@@ -421,8 +480,8 @@ def provenance_page(prov: Mapping[str, Any]) -> str:
         ["git commit (report)", rep["git_commit"]],
         ["config hash (report)", rep["config_hash"]],
         ["scale", rep["scale"]],
-        ["machine (report)", f"{mach['hostname']}: {mach['cpus']} CPUs, {mach['memory_gib']} GiB, "
-                             f"GPU {mach['gpu']}; {mach['platform']}"],
+        ["machine (report)", (f"{mach['hostname']}: {mach['cpus']} CPUs, "
+                              f"{mach['memory_gib']} GiB, GPU {mach['gpu']}; {mach['platform']}")],
     ]))
     parts.append("<h2>What was run</h2>")
     parts.append(_table(["paper", "run"], [[PAPER_TITLES.get(p, p), s]
@@ -430,7 +489,7 @@ def provenance_page(prov: Mapping[str, Any]) -> str:
     parts.append("<h2>Time per table and figure</h2>")
     parts.append(_table(
         ["paper", "table / figure", "jobs", "benchmarked", "wall", "CPU", "GPU",
-         "git commits of its cells", "config hashes", "engines", "hosts"],
+         "git commits of its cells", "cell configs (distinct hashes)", "engines", "hosts"],
         [[PAPER_TITLES.get(e["paper"], e["paper"]), e["name"], e["jobs"], e["benchmarked_jobs"],
           _fmt_s(e["wall_s"]), _fmt_s(e["cpu_s"]), _fmt_s(e["gpu_s"]),
           ", ".join(c[:12] for c in e["git_commits"]) or "—", e["config_hashes"],
