@@ -147,6 +147,7 @@ def test_provenance_walks_snakemake_records_and_sums_benchmarks(tmp_path, monkey
         Path(c).mkdir(parents=True)
         Path(c, "provenance.json").write_text(json.dumps({
             "git_commit": "abc", "config_hash": f"h{k}", "engine": "inprocess",
+            "cell": {"scale": "demo"},
             "machine": {"hostname": "box", "cuda": k == 1},
             "timing": {"rounds": [{"clients": [{"peak_gpu_mb": 100.0 if k == 1 else None}]}]},
         }))
@@ -173,8 +174,13 @@ def test_provenance_walks_snakemake_records_and_sums_benchmarks(tmp_path, monkey
     assert entry["gpu_s"] == 20.0  # the cell whose machine had CUDA and recorded GPU memory
     assert entry["git_commits"] == ["abc"] and entry["config_hashes"] == 2
     assert prov["report"]["config_hash"] == site.config_hash({"scale": "demo"})
+    assert entry["cell_scales"] == ["demo"]
     page = site.provenance_page(prov)
     assert "32.5 s" in page and "21.0 s" in page and "snakemake" in page
+    assert "Scale mismatch" not in page
+    # the same cells reported under the paper config: the page says the captions do not fit
+    paper = site.provenance([item], records, patterns, {"scale": "paper"}, root=".")
+    assert "Scale mismatch" in site.provenance_page(paper)
 
 
 # -- the page as a person sees it ------------------------------------------------------------
@@ -201,16 +207,24 @@ def test_report_after_one_table_shows_it_in_chromium(tmp_path):
 
     seen = browser.inspect(report)
     assert seen["errors"] == []
-    assert set(seen["categories"]) == {"FedSum", "Provenance"}
+    scorecard = (ROOT / "rules" / "scorecard.smk").exists()  # merged from its own branch
+    assert set(seen["categories"]) == {"FedSum", "Provenance"} | ({"Scorecard"} if scorecard else set())
     assert set(seen["categories"]["FedSum"]) == {"Tables", "Figures"}
     assert "Table 1" in seen["categories"]["FedSum"]["Tables"]
     assert "Figure 4" in seen["categories"]["FedSum"]["Figures"]
+    assert "Figure 4" not in seen["categories"]["FedSum"]["Tables"]
+    # only what the run built: no other table or figure of the demo config
     assert set(seen["results"]) == {
         "results/report/tables/fedsum_table1.html", "results/figures/fedsum_figure4.png",
         "results/report/provenance.html",
-    }
+    } | ({"results/scorecard/scorecard.html", "results/figures/scorecard_fedsum.png"}
+         if scorecard else set())
     for path, rec in seen["results"].items():
         assert rec["caption_shown"], (path, rec)
+        if rec["mime"].startswith("image/"):  # every image decodes
+            assert rec["img_found"] and rec["natural_width"] > 0, (path, rec)
+        else:  # every page shows a table
+            assert rec["frame_found"] and rec["tables"] >= 1, (path, rec)
     table = seen["results"]["results/report/tables/fedsum_table1.html"]
     n_rows = len((tmp_path / "results/tables/fedsum_table1.csv").read_text().splitlines())
     assert table["frame_found"] and table["tables"] == 1 and table["rows"] == n_rows

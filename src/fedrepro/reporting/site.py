@@ -407,6 +407,7 @@ def provenance(
                 "config_hash": prov.get("config_hash") if prov else None,
                 "engine": prov.get("engine") if prov else None,
                 "host": ((prov.get("machine") or {}).get("hostname")) if prov else None,
+                "scale": ((prov.get("cell") or {}).get("scale")) if prov else None,
             })
 
         def total(key, rows=rows):
@@ -422,6 +423,7 @@ def provenance(
             "config_hashes": len({r["config_hash"] for r in rows if r["config_hash"]}),
             "engines": sorted({r["engine"] for r in rows if r["engine"]}),
             "hosts": sorted({r["host"] for r in rows if r["host"]}),
+            "cell_scales": sorted({r["scale"] for r in rows if r["scale"]}),
             "job_rows": rows,
         })
     return {
@@ -453,16 +455,19 @@ def _fmt_s(s: float | None) -> str:
     return f"{s / 3600:.2f} h"
 
 
-def _table(head: list[str], rows: list[list[Any]], right: Iterable[int] = ()) -> str:
+def _table(head: list[str] | None, rows: list[list[Any]], right: Iterable[int] = ()) -> str:
     right = set(right)
     esc = html.escape
 
     def cell(tag, i, v):
-        style = ' style="text-align: right"' if i in right else ""
+        style = ' style="text-align: right; white-space: nowrap"' if i in right else ""
         return f"<{tag}{style}>{esc(str(v))}</{tag}>"
 
-    out = ["<table>", "<thead><tr>" + "".join(cell("th", i, h) for i, h in enumerate(head))
-           + "</tr></thead>", "<tbody>"]
+    out = ["<table>"]
+    if head:
+        out.append("<thead><tr>" + "".join(cell("th", i, h) for i, h in enumerate(head))
+                   + "</tr></thead>")
+    out.append("<tbody>")
     for r in rows:
         out.append("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>")
     out.append("</tbody></table>")
@@ -476,13 +481,23 @@ def provenance_page(prov: Mapping[str, Any]) -> str:
     esc = html.escape
     parts = ["<h1>Provenance</h1>"]
     mach = rep["machine"]
-    parts.append(_table(["", ""], [
+    parts.append(_table(None, [
         ["git commit (report)", rep["git_commit"]],
         ["config hash (report)", rep["config_hash"]],
         ["scale", rep["scale"]],
         ["machine (report)", (f"{mach['hostname']}: {mach['cpus']} CPUs, "
                               f"{mach['memory_gib']} GiB, GPU {mach['gpu']}; {mach['platform']}")],
     ]))
+    odd = [f"{PAPER_TITLES.get(e['paper'], e['paper'])} {e['name']} ({', '.join(e['cell_scales'])})"
+           for e in prov["entries"] if set(e["cell_scales"]) - {rep["scale"]}]
+    if odd:
+        parts.append(
+            "<blockquote><strong>Scale mismatch</strong>: the report's config is "
+            f"<code>scale: {esc(str(rep['scale']))}</code> but these results were made by cells "
+            f"of another scale, so their captions describe a run they did not come from: "
+            f"{esc('; '.join(odd))}. Make the report with the config of the run "
+            "(<code>make report CONFIG=...</code>).</blockquote>"
+        )
     parts.append("<h2>What was run</h2>")
     parts.append(_table(["paper", "run"], [[PAPER_TITLES.get(p, p), s]
                                           for p, s in prov["run"].items()]))
