@@ -9,6 +9,7 @@ prov = site.provenance(
     site.metadata_records(snakemake.params.metadata_dir),
     dict(snakemake.params.patterns),
     snakemake.config,
+    scorecard_missing=snakemake.params.scorecard_missing,
 )
 write_json_atomic(snakemake.output.json, prov)
 write_text_atomic(snakemake.output.html, site.provenance_page(prov))

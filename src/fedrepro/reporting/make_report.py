@@ -17,6 +17,7 @@ one table.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -61,6 +62,11 @@ def build(root: Path, out: Path, configfiles: list[str], directory: str | None,
     written = Path(directory or root) / out
     if not written.is_file():
         raise SystemExit(f"{written}: Snakemake reported success but wrote no report")
+    prov = json.loads((Path(directory or root) / "results/report/provenance.json").read_text())
+    missing = prov.get("scorecard_missing")
+    if missing:
+        print(f"no scorecard in the report: it needs every table of the config; "
+              f"{len(missing)} not on disk: {', '.join(missing)}")
     return written
 
 

@@ -381,11 +381,14 @@ def provenance(
     patterns: Mapping[str, Mapping[str, Any]],
     config: Mapping[str, Any],
     root: str | os.PathLike = ".",
+    scorecard_missing: list[str] | None = None,
 ) -> dict:
     """The provenance of a report: this checkout and machine, and per table/figure the jobs it
     was made from with their benchmark wall and CPU time, the GPU time of the jobs that ran on a
     GPU, and the distinct git commits, config hashes, engines and machines of its training cells.
-    Paths are relative to ``root`` (the workflow's working directory)."""
+    Paths are relative to ``root`` (the workflow's working directory). ``scorecard_missing``:
+    the tables the scorecard needs that are not on disk (``None``: no scorecard in this
+    workflow; ``[]``: the scorecard is in the report)."""
     root = Path(root)
     entries = []
     for item in items:
@@ -433,6 +436,7 @@ def provenance(
         },
         "run": run_summary(config),
         "entries": entries,
+        "scorecard_missing": None if scorecard_missing is None else list(scorecard_missing),
         "notes": [
             ("Wall and CPU time per job are Snakemake's benchmark files (benchmarks/); jobs "
              "without one (tables, figures, data preparation) are timed from Snakemake's "
@@ -497,6 +501,14 @@ def provenance_page(prov: Mapping[str, Any]) -> str:
             f"of another scale, so their captions describe a run they did not come from: "
             f"{esc('; '.join(odd))}. Make the report with the config of the run "
             "(<code>make report CONFIG=...</code>).</blockquote>"
+        )
+    missing = prov.get("scorecard_missing")
+    if missing:
+        parts.append(
+            "<blockquote><strong>No scorecard in this report</strong>: the scorecard is computed "
+            f"over every table of the config, and {len(missing)} of them are not on disk: "
+            f"{esc(', '.join(missing))}. Build them (<code>make demo</code>, or their targets) "
+            "and make the report again.</blockquote>"
         )
     parts.append("<h2>What was run</h2>")
     parts.append(_table(["paper", "run"], [[PAPER_TITLES.get(p, p), s]
