@@ -4,7 +4,8 @@ Two Snakemake calls (run from the workflow's root):
 
 1. build what the report shows that a run does not write -- each table's HTML rendering, the
    provenance page (always redone: benchmarks change without the tables changing) and, where
-   ``rules/scorecard.smk`` exists, the scorecard -- with only the report's own rules allowed, so
+   ``rules/scorecard.smk`` exists and every table it reads is on disk, the scorecard (else the
+   missing tables are printed) -- with only the report's own rules allowed, so
    that a stale or missing cell is never retrained here (Snakemake's ``--allowed-rules``: the
    tables and figures already on disk are taken as they are);
 2. ``snakemake report_contents --report results/report.html``.
