@@ -64,6 +64,9 @@ def build(root: Path, out: Path, configfiles: list[str], directory: str | None,
     if not written.is_file():
         raise SystemExit(f"{written}: Snakemake reported success but wrote no report")
     prov = json.loads((Path(directory or root) / "results/report/provenance.json").read_text())
+    if not prov["entries"]:
+        print("no table or figure of this config is on disk yet: the report shows provenance "
+              "only (run `make demo`, or a table's target, first)")
     missing = prov.get("scorecard_missing")
     if missing:
         print(f"no scorecard in the report: it needs every table of the config; "
