@@ -13,6 +13,9 @@ min_version("9.19")
 configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 if config.get("rehearsal"):
     # a rehearsal reads and writes only under results/rehearsal/ (fedrepro.rehearsal)
     workdir: "results/rehearsal"
@@ -28,6 +31,7 @@ include: "rules/fedsumm.smk"
 include: "rules/fedsum.smk"
 include: "rules/rehearsal.smk"
 include: "rules/scorecard.smk"
+include: "rules/report.smk"
 
 
 rule all:
