@@ -20,19 +20,22 @@ REPORT_ITEMS = report_site.report_items(
     ADAFEDSELECKD_ALL + FEDMCP_ALL + FEDSUMM_ALL + FEDSUM_ALL, root="."
 )
 REPORT_EXISTING = [i for i in REPORT_ITEMS if i["exists"]]
-# The reproduction scorecard (rules/scorecard.smk, included by the Snakefile) is computed over every
-# table of the config: it is in the report when all of them are on disk; otherwise the provenance
-# page and `make report` name the missing tables.
-REPORT_SCORECARD_MISSING = (
-    [
-        i["source"][: -len(".md")] + ".csv"
-        for i in REPORT_ITEMS
-        if i["kind"] == "table" and not Path(i["source"][: -len(".md")] + ".csv").exists()
-    ]
-    if (Path(workflow.basedir) / "rules" / "scorecard.smk").exists()
-    else None
-)
-REPORT_SCORECARD = REPORT_SCORECARD_MISSING == []
+# The reproduction scorecard of the tables on disk (`report_scorecard`, the same code as
+# rules/scorecard.smk's `scorecard`, which `rule all` builds over every table of the config): after
+# one table the report's scorecard covers that table; the provenance page names the config's tables
+# not built yet.
+REPORT_SCORECARD_TABLES = [
+    i["source"][: -len(".md")] + ".csv"
+    for i in REPORT_EXISTING
+    if i["kind"] == "table" and Path(i["source"][: -len(".md")] + ".csv").exists()
+]
+REPORT_SCORECARD_PAPERS = sorted({Path(t).name.split("_")[0] for t in REPORT_SCORECARD_TABLES})
+REPORT_SCORECARD_MISSING = [
+    i["source"][: -len(".md")] + ".csv"
+    for i in REPORT_ITEMS
+    if i["kind"] == "table" and i["source"][: -len(".md")] + ".csv" not in REPORT_SCORECARD_TABLES
+]
+REPORT_SCORECARD = bool(REPORT_SCORECARD_TABLES)
 
 
 rule report_contents:
@@ -40,7 +43,7 @@ rule report_contents:
         [
             report(path, **flags)
             for path, flags in report_site.report_entries(
-                REPORT_EXISTING, str(config["scale"]), REPORT_SCORECARD
+                REPORT_EXISTING, str(config["scale"]), REPORT_SCORECARD_PAPERS
             )
         ],
     params:
@@ -52,7 +55,9 @@ rule report_contents_full:
         [
             report(path, **flags)
             for path, flags in report_site.report_entries(
-                REPORT_ITEMS, str(config["scale"]), REPORT_SCORECARD
+                REPORT_ITEMS, str(config["scale"]),
+                SCORECARD_PAPERS,  # the full scorecard of rule all (rules/scorecard.smk)
+                ("results/scorecard/scorecard.html", "results/figures/scorecard_{paper}.png"),
             )
         ],
     params:
@@ -92,3 +97,22 @@ rule report_provenance:
     script:
         "../workflow_scripts/report_provenance.py"
 
+
+
+rule report_scorecard:
+    input:
+        tables=REPORT_SCORECARD_TABLES,
+    output:
+        csv="results/report/scorecard/scorecard.csv",
+        md="results/report/scorecard/scorecard.md",
+        html="results/report/scorecard/scorecard.html",
+        figures=expand("results/report/scorecard/scorecard_{paper}.png", paper=REPORT_SCORECARD_PAPERS),
+    params:
+        scale=config["scale"],
+        papers=REPORT_SCORECARD_PAPERS,
+    log:
+        "logs/report_scorecard.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/scorecard.py"

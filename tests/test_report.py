@@ -53,7 +53,9 @@ def _config_outputs(cfg_name):
                         timeout=300)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     out = res.stdout + res.stderr
-    return out, sorted(set(re.findall(r"results/(?:tables|figures)/\w+\.(?:md|png)", out)))
+    found = set(re.findall(r"results/(?:tables|figures)/\w+\.(?:md|png)", out))
+    # the scorecard's own figures (results/figures/scorecard_<paper>.png) are no paper's figure
+    return out, sorted(f for f in found if not f.startswith("results/figures/scorecard_"))
 
 
 @pytest.mark.parametrize("cfg_name", ["config.yaml", "paper.yaml"])
@@ -207,7 +209,7 @@ def test_report_after_one_table_shows_it_in_chromium(tmp_path):
 
     seen = browser.inspect(report)
     assert seen["errors"] == []
-    assert set(seen["categories"]) == {"FedSum", "Provenance"}
+    assert set(seen["categories"]) == {"FedSum", "Provenance", "Scorecard"}
     assert set(seen["categories"]["FedSum"]) == {"Tables", "Figures"}
     assert "Table 1" in seen["categories"]["FedSum"]["Tables"]
     assert "Figure 4" in seen["categories"]["FedSum"]["Figures"]
@@ -215,7 +217,8 @@ def test_report_after_one_table_shows_it_in_chromium(tmp_path):
     # only what the run built: no other table or figure of the demo config
     assert set(seen["results"]) == {
         "results/report/tables/fedsum_table1.html", "results/figures/fedsum_figure4.png",
-        "results/report/provenance.html",
+        "results/report/provenance.html", "results/report/scorecard/scorecard.html",
+        "results/report/scorecard/scorecard_fedsum.png",
     }
     for path, rec in seen["results"].items():
         assert rec["caption_shown"], (path, rec)
@@ -236,15 +239,14 @@ def test_report_after_one_table_shows_it_in_chromium(tmp_path):
     assert prov["tables"] >= 4 and "git commit" in prov["frame_text"]
     provenance = json.loads((tmp_path / "results/report/provenance.json").read_text())
     assert [e["name"] for e in provenance["entries"]] == ["table1", "figure4"]
-    # the scorecard (rules/scorecard.smk, where present) needs every table of the config: not
-    # in this report, and the provenance page names the missing tables
-    if (ROOT / "rules" / "scorecard.smk").exists():
-        assert "results/tables/fedmcp_table1.csv" in provenance["scorecard_missing"]
-        assert "results/tables/fedsum_table1.csv" not in provenance["scorecard_missing"]
-        page = (tmp_path / "results/report/provenance.html").read_text()
-        assert "No scorecard in this report" in page and "fedmcp_table1.csv" in page
-    else:
-        assert provenance["scorecard_missing"] is None
+    # the scorecard covers the tables on disk (here FedSum's Table 1); the provenance page names
+    # the config's tables not built yet
+    assert "results/tables/fedmcp_table1.csv" in provenance["scorecard_missing"]
+    assert "results/tables/fedsum_table1.csv" not in provenance["scorecard_missing"]
+    page = (tmp_path / "results/report/provenance.html").read_text()
+    assert "covers only the tables on disk" in page and "fedmcp_table1.csv" in page
+    card = (tmp_path / "results/report/scorecard/scorecard.csv").read_text()
+    assert "fedsum_table1" in card and "fedmcp_table1" not in card
     assert all(e["benchmarked_jobs"] >= 1 and e["cpu_s"] > 0 for e in provenance["entries"])
 
     shot = browser.screenshot(report, tmp_path / "report.png",

@@ -3,9 +3,9 @@
 Two Snakemake calls (run from the workflow's root):
 
 1. build what the report shows that a run does not write -- each table's HTML rendering, the
-   provenance page (always redone: benchmarks change without the tables changing) and, where
-   ``rules/scorecard.smk`` exists and every table it reads is on disk, the scorecard (else the
-   missing tables are printed) -- with only the report's own rules allowed, so
+   provenance page (always redone: benchmarks change without the tables changing) and the
+   scorecard of the tables on disk (``report_scorecard``; the tables not built yet are printed) --
+   with only the report's own rules allowed, so
    that a stale or missing cell is never retrained here (Snakemake's ``--allowed-rules``: the
    tables and figures already on disk are taken as they are);
 2. ``snakemake report_contents --report results/report.html``.
@@ -69,8 +69,8 @@ def build(root: Path, out: Path, configfiles: list[str], directory: str | None,
               "only (run `make demo`, or a table's target, first)")
     missing = prov.get("scorecard_missing")
     if missing:
-        print(f"no scorecard in the report: it needs every table of the config; "
-              f"{len(missing)} not on disk: {', '.join(missing)}")
+        print(f"the scorecard covers the tables on disk; {len(missing)} tables of the config are "
+              f"not built yet: {', '.join(missing)}")
     return written
 
 

@@ -103,13 +103,19 @@ def result_label(item: Mapping[str, Any]) -> str:
 
 
 def report_entries(items: Iterable[Mapping[str, Any]], scale: str,
-                   scorecard: bool) -> list[tuple[str, dict]]:
+                   scorecard_papers: Iterable[str],
+                   scorecard_files: tuple[str, str] = (
+                       "results/report/scorecard/scorecard.html",
+                       "results/report/scorecard/scorecard_{paper}.png",
+                   )) -> list[tuple[str, dict]]:
     """The arguments of Snakemake's ``report()`` flag for each report entry: (file, keywords).
 
     Every item of :func:`report_items` (category = the paper, subcategory = Tables / Figures,
-    labels paper / result / kind / scale, its own caption), the provenance page and, with
-    ``scorecard`` (``rules/scorecard.smk`` present), the scorecard table and one scorecard figure
-    per paper with a table among ``items``. Caption paths are relative to ``rules/``."""
+    labels paper / result / kind / scale, its own caption), the provenance page and, where
+    ``scorecard_papers`` names any paper, the scorecard of the tables on disk
+    (``report_scorecard``) and its figure for each of those papers (``scorecard_files``: the page
+    and the figure pattern; the full scorecard of ``rule all`` is ``results/scorecard/...``).
+    Caption paths are relative to ``rules/``."""
     items = list(items)
     out = []
     for item in items:
@@ -124,13 +130,14 @@ def report_entries(items: Iterable[Mapping[str, Any]], scale: str,
         "caption": "../report/provenance.rst", "category": "Provenance",
         "subcategory": "Provenance", "labels": {"page": "provenance", "scale": scale},
     }))
-    if scorecard:
-        out.append(("results/scorecard/scorecard.html", {
+    scorecard_papers = sorted(scorecard_papers)
+    if scorecard_papers:
+        out.append((scorecard_files[0], {
             "caption": "../report/scorecard.rst", "category": "Scorecard",
             "subcategory": "Scorecard", "labels": {"page": "scorecard", "scale": scale},
         }))
-        for paper in sorted({i["paper"] for i in items if i["kind"] == "table"}):
-            out.append((f"results/figures/scorecard_{paper}.png", {
+        for paper in scorecard_papers:
+            out.append((scorecard_files[1].format(paper=paper), {
                 "caption": "../report/scorecard_figure.rst", "category": "Scorecard",
                 "subcategory": "Scorecard",
                 "labels": {"page": PAPER_TITLES[paper], "scale": scale},
@@ -387,8 +394,8 @@ def provenance(
     was made from with their benchmark wall and CPU time, the GPU time of the jobs that ran on a
     GPU, and the distinct git commits, config hashes, engines and machines of its training cells.
     Paths are relative to ``root`` (the workflow's working directory). ``scorecard_missing``:
-    the tables the scorecard needs that are not on disk (``None``: no scorecard in this
-    workflow; ``[]``: the scorecard is in the report)."""
+    the config's tables not on disk, which the report's scorecard (over the tables on disk)
+    therefore does not cover (``[]``: it covers every table of the config)."""
     root = Path(root)
     entries = []
     for item in items:
@@ -505,10 +512,10 @@ def provenance_page(prov: Mapping[str, Any]) -> str:
     missing = prov.get("scorecard_missing")
     if missing:
         parts.append(
-            "<blockquote><strong>No scorecard in this report</strong>: the scorecard is computed "
-            f"over every table of the config, and {len(missing)} of them are not on disk: "
+            "<blockquote><strong>The scorecard covers only the tables on disk</strong>: "
+            f"{len(missing)} tables of the config are not built yet: "
             f"{esc(', '.join(missing))}. Build them (<code>make demo</code>, or their targets) "
-            "and make the report again.</blockquote>"
+            "and make the report again to score them too.</blockquote>"
         )
     parts.append("<h2>What was run</h2>")
     parts.append(_table(["paper", "run"], [[PAPER_TITLES.get(p, p), s]
