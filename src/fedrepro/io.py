@@ -78,27 +78,87 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return n
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _require_readable_file(path: Path) -> None:
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, expected a file")
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+
+
+def _not_utf8(path: Path, lineno: int, exc: UnicodeDecodeError, line: bytes) -> InputError:
+    col = exc.start - line.rfind(b"\n", 0, exc.start)  # 1-based column of the bad byte
+    return InputError(
+        f"{path}:{lineno}: not valid UTF-8 text (byte {exc.object[exc.start]:#04x} at column "
+        f"{col}: {exc.reason}); convert the file to UTF-8"
+    )
+
+
+def iter_text_lines(path: str | os.PathLike, keepends: bool = False) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` of a UTF-8 text file, decoded line by line.
+
+    Lines end at ``\\n`` only (JSON lines may hold U+2028 and other characters that
+    ``str.splitlines`` would break on); a leading byte-order mark is dropped and, unless
+    ``keepends``, the line end (``\\n`` or ``\\r\\n``) too. A missing path, a folder or bytes that
+    are not UTF-8 raise :class:`InputError` naming the file (and the line of the bad bytes).
+    """
+    path = Path(path)
+    _require_readable_file(path)
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 -- closed by the with block below
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    with fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(_BOM)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(path, lineno, exc, raw) from exc
+            if not keepends:
+                line = line.removesuffix("\n").removesuffix("\r")
+            yield lineno, line
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The whole UTF-8 text of ``path`` (a leading byte-order mark dropped).
+
+    A missing path, a folder or bytes that are not UTF-8 raise :class:`InputError` naming the file
+    and, for bad bytes, the line they are on.
+    """
+    path = Path(path)
+    _require_readable_file(path)
+    try:
+        data = path.read_bytes().removeprefix(_BOM)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, data.count(b"\n", 0, exc.start) + 1, exc, data) from exc
+
+
 def iter_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, object)`` for each non-blank line of a JSON-lines file.
 
-    A malformed line raises :class:`InputError` naming the file and the line.
+    A malformed line (bad JSON, not an object, not UTF-8) raises :class:`InputError` naming the
+    file and the line.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove this line"
-                ) from exc
-            if not isinstance(obj, dict):
-                raise InputError(f"{path}:{lineno}: expected {what}, got {type(obj).__name__}")
-            yield lineno, obj
+    for lineno, line in iter_text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove this line"
+            ) from exc
+        if not isinstance(obj, dict):
+            raise InputError(f"{path}:{lineno}: expected {what}, got {type(obj).__name__}")
+        yield lineno, obj
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
@@ -110,8 +170,6 @@ def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file; errors name the file."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InputError(f"{path}: file not found") from exc
+        return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
