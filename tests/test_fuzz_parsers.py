@@ -66,7 +66,6 @@ LAYOUT: dict[str, tuple[str, str, str]] = {
     "meetingbank": ("parquet", "meetingbank/data/train-00000-of-00001.parquet",
                     "data/train-00000-of-00001.parquet"),
 }
-DEBUG: dict = {}
 OUTCOMES: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 BAD_UTF8 = [b"\xff", b"\x80", b"\xc3\x28", b"\xed\xa0\x80", b"\xe2\x82", b"\xf0\x28\x8c\xbc"]
 LOCATION = re.compile(r"(:\d+|line \d+|record \d+|row \d+)")
@@ -77,10 +76,8 @@ def test_every_registered_source_is_fuzzed():
 
 
 # -- base records ---------------------------------------------------------------------------------
-def _base(name: str):
-    """The first ``N_RECORDS`` raw records of the sample (format-specific shape)."""
-    fmt, rel, _ = LAYOUT[name]
-    src = SAMPLES / rel
+def _base(fmt: str, src: Path):
+    """The first ``N_RECORDS`` raw records of ``src`` (format-specific shape)."""
     if fmt == "jsonl":
         lines = [ln for ln in src.read_text(encoding="utf-8").split("\n") if ln.strip()]
         return [json.loads(ln) for ln in lines[:N_RECORDS]]
@@ -98,8 +95,8 @@ def _base(name: str):
             :N_RECORDS
         ]
     if fmt == "pair":
-        srcs = src.with_name("train.src.txt").read_text(encoding="utf-8").split("\n")
-        tgts = src.with_name("train.tgt.txt").read_text(encoding="utf-8").split("\n")
+        srcs = src.with_name(f"{src.name}.src.txt").read_text(encoding="utf-8").split("\n")
+        tgts = src.with_name(f"{src.name}.tgt.txt").read_text(encoding="utf-8").split("\n")
         return [[a, b] for a, b in zip(srcs[:N_RECORDS], tgts[:N_RECORDS])]
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -120,7 +117,22 @@ def _base(name: str):
     raise AssertionError(fmt)
 
 
-BASE = {name: _base(name) for name in LAYOUT}
+BASE = {name: _base(fmt, SAMPLES / rel) for name, (fmt, rel, _) in LAYOUT.items()}
+
+# the real public samples (../shared/data, see its README; absent on a user's machine): the same
+# mutations start from real records -- source -> (format, file under shared/data, name in the copy)
+SHARED = ROOT.parent / "shared" / "data"
+REAL_LAYOUT: dict[str, tuple[str, str, str]] = {
+    "qmsum": ("jsonl", "qmsum/Committee/val.jsonl", "Committee/val.jsonl"),
+    "samsum": ("jsonlist", "samsum/val.json", "val.json"),
+    "cnndm": ("jsonl", "cnndm/frank_cnndm_test.jsonl", "frank_cnndm_test.jsonl"),
+    "pubmed": ("jsonl", "pubmed/pubmed_train_sample.armancohan.jsonl", "train.jsonl"),
+    "csl": ("tsv_noheader", "csl/dev.tsv", "dev.tsv"),
+    "lcsts": ("pair", "lcsts/test", "test"),
+    "ami": ("jsonl", "ami/ami_abstractive.jsonl", "ami_abstractive.jsonl"),
+    "glue": ("tsv", "glue/MRPC/train.tsv", "MRPC/train.tsv"),
+}
+REAL_CASES_PER_SOURCE = 30
 
 
 # -- writing a raw copy -----------------------------------------------------------------------------
@@ -151,9 +163,9 @@ def _dump(fmt: str, records) -> dict[str, bytes]:
     raise AssertionError(fmt)
 
 
-def _write(root: Path, name: str, files: dict[str, bytes]) -> tuple[Path, dict[str, Path]]:
+def _write(root: Path, layout: tuple, files: dict[str, bytes]) -> tuple[Path, dict[str, Path]]:
     """Write the copy under ``root``; return the path to parse and each file's path."""
-    fmt, _, target_rel = LAYOUT[name]
+    fmt, _, target_rel = layout
     target = root / target_rel
     paths = {}
     for rel, data in files.items():
@@ -166,7 +178,7 @@ def _write(root: Path, name: str, files: dict[str, bytes]) -> tuple[Path, dict[s
         p.write_bytes(data)
         paths[rel] = p
     if fmt == "pair":
-        return target.with_name("train.src.txt"), paths
+        return target.with_name(f"{target.name}.src.txt"), paths
     return target, paths
 
 
@@ -208,8 +220,6 @@ def _parse_and_check(name: str, target: Path, *, must_fail: bool, names_file: Pa
             assert LOCATION.search(msg), f"no line/record/row: {msg}"
             assert any(w in msg for w in field_words), f"none of {field_words} named: {msg}"
         return "error"
-    if __import__("os").environ.get("FUZZ_DEBUG"):
-        print("PARSED", name, target, DEBUG.get("m"))
     assert not must_fail, f"{name}: parsed {len(records)} record(s) from input that must fail"
     _check_records(name, records)
     return "parsed"
@@ -276,7 +286,6 @@ def json_mutation(draw, records):
         target[draw(st.sampled_from(["extra", "zz_unknown", "id2"]))] = draw(wrong_values)
     else:
         parent[path[-1]] = draw(wrong_values)
-    DEBUG["m"] = (i, path, kind, repr(parent.get(path[-1]) if isinstance(parent, dict) else None)[:60])
     return records, i, words, kind, path
 
 
@@ -310,19 +319,19 @@ def _byte_mutation(draw, data: bytes):
 
 
 # -- the properties ---------------------------------------------------------------------------------
-def _fuzz_case(name: str, data) -> None:
-    fmt = LAYOUT[name][0]
-    base = BASE[name]
+def _fuzz_case(name: str, layout: tuple, base, data, tag: str = "") -> None:
+    fmt = layout[0]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if fmt in ("thucnews", "elitr"):
-            outcome = _fuzz_folder(name, root, base, data)
+            outcome = _fuzz_folder(name, layout, root, base, data)
         else:
-            outcome = _fuzz_file(name, fmt, root, base, data)
-    OUTCOMES[name][outcome] += 1
+            outcome = _fuzz_file(name, layout, root, base, data)
+    OUTCOMES[name + tag][outcome] += 1
 
 
-def _fuzz_file(name, fmt, root, base, data) -> str:
+def _fuzz_file(name, layout, root, base, data) -> str:
+    fmt = layout[0]
     structural = fmt not in ("parquet",)
     kinds = ["record", "bytes", "empty", "folder"] if structural else ["record", "truncate",
                                                                         "empty", "folder"]
@@ -331,10 +340,10 @@ def _fuzz_file(name, fmt, root, base, data) -> str:
     rel = data.draw(st.sampled_from(sorted(files)))  # LCSTS: the .src or the .tgt file
     if what == "empty":
         files[rel] = b""
-        target, paths = _write(root, name, files)
+        target, paths = _write(root, layout, files)
         return f"{what}:" + _parse_and_check(name, target, must_fail=True, names_file=paths[rel])
     if what == "folder":
-        target, paths = _write(root, name, files)
+        target, paths = _write(root, layout, files)
         paths[rel].unlink()
         paths[rel].mkdir()
         (paths[rel] / "x.txt").write_text("not data\n")
@@ -342,11 +351,11 @@ def _fuzz_file(name, fmt, root, base, data) -> str:
     if what == "truncate":  # parquet
         cut = data.draw(st.integers(0, len(files[rel]) - 1))
         files[rel] = files[rel][:cut]
-        target, paths = _write(root, name, files)
+        target, paths = _write(root, layout, files)
         return f"{what}:" + _parse_and_check(name, target, must_fail=True, names_file=paths[rel])
     if what == "bytes":
         kind, files[rel], line = _byte_mutation(data.draw, files[rel])
-        target, paths = _write(root, name, files)
+        target, paths = _write(root, layout, files)
         return f"{kind}:" + _parse_and_check(
             name, target, must_fail=kind == "bad_utf8",
             names_file=paths[rel] if kind == "bad_utf8" else tuple(paths.values()), line=line
@@ -355,7 +364,7 @@ def _fuzz_file(name, fmt, root, base, data) -> str:
     if fmt in ("jsonl", "jsonlist"):
         records, i, words, kind, _ = data.draw(json_mutation(base))
         files = _dump(fmt, records)
-        target, paths = _write(root, name, files)
+        target, paths = _write(root, layout, files)
         line = i + 1 if fmt == "jsonl" else None
         return f"{kind}:" + _parse_and_check(
             name, target, must_fail=False, names_file=paths[""], line=line, field_words=words
@@ -369,14 +378,14 @@ def _fuzz_file(name, fmt, root, base, data) -> str:
             files = _dump(fmt, records)
         except Exception:  # a value pyarrow cannot store (e.g. mixed nested types): not a case
             return "unstorable"
-        target, paths = _write(root, name, files)
+        target, paths = _write(root, layout, files)
         return f"{kind}:" + _parse_and_check(
             name, target, must_fail=False, names_file=paths[""], field_words=words
         )
     header = fmt in ("tsv", "csv")
     rows, i, kind = data.draw(row_mutation(base, 1 if header else 0))
     files = _dump(fmt, rows)
-    target, paths = _write(root, name, files)
+    target, paths = _write(root, layout, files)
     field_words = tuple(base[0]) + ("column", "field `") if header else ("field `",)
     if fmt == "pair":  # a line too many or too few in one file of the pair: no single field
         field_words += ("no partner",)
@@ -386,7 +395,7 @@ def _fuzz_file(name, fmt, root, base, data) -> str:
     )
 
 
-def _fuzz_folder(name, root, base, data) -> str:
+def _fuzz_folder(name, layout, root, base, data) -> str:
     files = dict(base)
     rel = data.draw(st.sampled_from(sorted(files)))
     what = data.draw(st.sampled_from(["bytes", "empty", "folder", "empty_tree", "huge"]))
@@ -401,7 +410,7 @@ def _fuzz_folder(name, root, base, data) -> str:
         files[rel] = files[rel] + ("word " * (HUGE // 5) + "\n").encode()
     elif what == "empty_tree":
         files = {}
-    target, paths = _write(root, name, files)
+    target, paths = _write(root, layout, files)
     target.mkdir(parents=True, exist_ok=True)
     names = target
     if what == "folder":
@@ -421,7 +430,34 @@ def _fuzz_folder(name, root, base, data) -> str:
 @FUZZ
 @given(data=st.data())
 def test_parser_takes_mutated_records_or_names_the_problem(name, data):
-    _fuzz_case(name, data)
+    _fuzz_case(name, LAYOUT[name], BASE[name], data)
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT))
+def test_unmutated_copies_parse(name, tmp_path):
+    """The fuzz starts from valid records: the unmutated copy parses into N_RECORDS records (QMSum:
+    one record per specific query; ELITR: one per minutes file; LCSTS pairs; THUCNews docs)."""
+    fmt = LAYOUT[name][0]
+    files = dict(BASE[name]) if fmt in ("thucnews", "elitr") else _dump(fmt, BASE[name])
+    target, _ = _write(tmp_path, LAYOUT[name], files)
+    records = sources.get(name).parse(target)
+    _check_records(name, records)
+    if fmt not in ("thucnews", "elitr") and name != "qmsum":
+        assert len(records) == N_RECORDS
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"real data samples not here ({SHARED})")
+@pytest.mark.parametrize("name", sorted(REAL_LAYOUT))
+@settings(FUZZ, max_examples=REAL_CASES_PER_SOURCE)
+@given(data=st.data())
+def test_parser_takes_mutated_real_records_or_names_the_problem(name, data):
+    fmt, rel, _ = REAL_LAYOUT[name]
+    if name not in _REAL_BASE:
+        _REAL_BASE[name] = _base(fmt, SHARED / rel)
+    _fuzz_case(name, REAL_LAYOUT[name], _REAL_BASE[name], data, tag=" (real)")
+
+
+_REAL_BASE: dict = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
