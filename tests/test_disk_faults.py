@@ -92,7 +92,7 @@ def test_a_full_disk_names_the_output_and_keeps_the_previous_version(tmp_path):
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", CHILD, str(out), OLD], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(result) == {"text.txt", "obj.json", "records.jsonl", "table.csv",
@@ -117,7 +117,7 @@ def _tmpfs(where: Path, size: str):
     where.mkdir()
     try:
         proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"cannot mount a tmpfs here ({exc})")
     if proc.returncode != 0:
@@ -163,9 +163,9 @@ def test_a_read_only_tmpfs_names_the_output(tmp_path):
             assert err.value.errno == errno.EROFS
             assert f"{results / 'table.md'}: could not write it" in str(err.value)
             assert "read-only" in str(err.value)
-            with pytest.raises(OutputError, match=re.escape(f"{results / 'cells'}: could not")):
-                with atomic_dir(results / "cells"):
-                    pass
+            with (pytest.raises(OutputError, match=re.escape(f"{results / 'cells'}: could not")),
+                  atomic_dir(results / "cells")):
+                pass
             assert _files(results) == ["table.md"] and (results / "table.md").read_text() == OLD
         finally:
             subprocess.run(["mount", "-o", "remount,rw", str(results)], check=True, timeout=30)
@@ -205,18 +205,16 @@ def test_a_failing_rename_leaves_the_previous_version_and_no_temporary_file(tmp_
 
 def test_a_write_that_fails_midway_removes_its_partial_file(tmp_path):
     target = tmp_path / "model.pt"
-    with pytest.raises(OutputError) as err:
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(b"half of a checkpoint")
-            raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OutputError) as err, atomic_path(target) as tmp:
+        tmp.write_bytes(b"half of a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
     assert err.value.errno == errno.ENOSPC and str(target) in str(err.value)
     assert _files(tmp_path) == []
 
 
 def test_an_input_error_inside_the_block_is_not_reported_as_an_output_error(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        with atomic_path(tmp_path / "out.json"):
-            (tmp_path / "missing-input.json").read_text()
+    with pytest.raises(FileNotFoundError), atomic_path(tmp_path / "out.json"):
+        (tmp_path / "missing-input.json").read_text()
     assert _files(tmp_path) == []
 
 

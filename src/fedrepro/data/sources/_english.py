@@ -236,12 +236,18 @@ def _iter_json(path: Path) -> Iterator[RawRow]:
     yield from _iter_json_lines(path, text)
 
 
-def _iter_csv(path: Path) -> Iterator[RawRow]:
-    # long articles are valid fields: lift the csv module's 128 KiB field limit (process-wide)
+def csv_reader(path: Path, strict: bool = True):
+    """A ``csv.reader`` over the UTF-8 lines of ``path`` (bytes that are not UTF-8: an
+    :class:`InputError` naming the file and line). Long articles are valid fields, so the csv
+    module's 128 KiB field limit is lifted (process-wide). ``strict``: a file cut inside a quoted
+    field, or text after a closing quote, is a ``csv.Error`` instead of a silently shortened or
+    merged field."""
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
-    # strict: a file cut inside a quoted field, or text after a closing quote, is an error
-    # instead of a silently shortened or merged field
-    reader = csv.reader((line for _, line in iter_text_lines(path, keepends=True)), strict=True)
+    return csv.reader((line for _, line in iter_text_lines(path, keepends=True)), strict=strict)
+
+
+def _iter_csv(path: Path) -> Iterator[RawRow]:
+    reader = csv_reader(path)
     try:
         header = next(reader)
     except StopIteration:
