@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from fedrepro.data import sources
 from fedrepro.data.prepare import prepare_source
 from fedrepro.data.settings import build_manifest
-from fedrepro.io import InputError, iter_jsonl, read_text
+from fedrepro.io import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "resources" / "samples"
@@ -123,6 +123,8 @@ def test_bytes_that_are_not_utf8_name_the_file_and_the_line(tmp_path, name):
 
 
 def test_text_helpers_name_file_line_and_column(tmp_path):
+    from fedrepro.io import iter_jsonl, read_text
+
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"a": 1}\n{"a": "\xc3\x28"}\n')
     with pytest.raises(InputError, match=r"x\.jsonl:2: not valid UTF-8 text \(byte 0xc3 at column 8"):
