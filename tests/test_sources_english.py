@@ -363,7 +363,7 @@ def test_wikihow_malformed_csv_row(tmp_path):
     assert f"{path}:line 4:" in str(err.value) and "`text`: empty" in str(err.value)
     recs = sources.get("wikihow").parse(path, skip_malformed=True)
     assert len(recs) == 1 and [loc for loc, _ in recs.skipped] == ["line 4", "line 6"]
-    assert "expected 3 CSV fields" in recs.skipped[1][1]
+    assert "field `text`: missing (the row has 2 CSV fields, the header 3" in recs.skipped[1][1]
 
 
 def test_wikihow_unsplit_release_is_refused(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from pathlib import Path
 
 import yaml
@@ -15,15 +17,16 @@ def validate_config(config: dict, schema_path: str | Path, source: str = "the co
     Each message names the dotted config key, e.g.
     ``adafedseleckd.train.lr: 'fast' is not of type 'number'``.
     """
-    import jsonschema
-
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+    stat = Path(schema_path).stat()
+    validator = _validator(str(Path(schema_path).resolve()), stat.st_mtime_ns, stat.st_size)
     problems = []
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
         problems.append(f"  config key {key}: {err.message}")
-    semantic = _semantic_checks(config)
+    semantic = _semantic_checks(config) if isinstance(config, dict) else []
+    semantic.extend(
+        f"config key {key}: {value!r} is not a number (NaN)" for key, value in _nan_keys(config)
+    )
     problems.extend(f"  {p}" for p in semantic)
     if problems:
         raise InputError(
@@ -31,17 +34,45 @@ def validate_config(config: dict, schema_path: str | Path, source: str = "the co
         )
 
 
+@functools.lru_cache(maxsize=4)
+def _validator(schema_path: str, mtime_ns: int, size: int):
+    """The schema's validator, parsed once per schema file version (parsing the YAML schema
+    takes ~10x longer than validating a config)."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(yaml.safe_load(Path(schema_path).read_text()))
+
+
+def _nan_keys(obj, prefix: str = ""):
+    """``(dotted key, value)`` of every float that is NaN (YAML ``.nan``): JSON-schema bounds do
+    not catch it (every comparison with NaN is false). ``.inf`` is left to the schema's bounds
+    (FedSum's ``alpha: .inf`` is the uniform split)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _nan_keys(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _nan_keys(v, f"{prefix}.{i}" if prefix else str(i))
+    elif isinstance(obj, float) and math.isnan(obj):
+        yield prefix or "(top level)", obj
+
+
+def _mapping(value) -> dict:
+    """``value`` if it is a mapping, else ``{}`` (its wrong type is the schema's error to report)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _semantic_checks(config: dict) -> list[str]:
     out = []
-    a = config.get("adafedseleckd") or {}
-    for name, d in sorted((config.get("data") or {}).items()):
+    a = _mapping(config.get("adafedseleckd"))
+    for name, d in sorted(_mapping(config.get("data")).items()):
         if isinstance(d, dict) and d.get("source") == "local" and not d.get("local_dir"):
             out.append(f"config key data.{name}.local_dir: required when data.{name}.source is 'local'")
     for name in a.get("backbones", []) if isinstance(a.get("backbones"), list) else []:
-        bb = (config.get("backbones") or {}).get(name) or {}
+        bb = _mapping(_mapping(config.get("backbones")).get(name)) if isinstance(name, str) else {}
         if bb.get("kind") == "tiny" and "tiny" not in bb:
             out.append(f"config key backbones.{name}.tiny: required when kind is 'tiny'")
-    train = a.get("train") if isinstance(a.get("train"), dict) else {}
+    train = _mapping(a.get("train"))
     if train.get("prefix_cache", "off") not in ("off", False) and train.get("backbone_dropout", False):
         out.append(
             f"config keys adafedseleckd.train.prefix_cache ({train['prefix_cache']}) and "
@@ -49,7 +80,7 @@ def _semantic_checks(config: dict) -> list[str]:
             "dropout on the frozen prefix is random at every step and cannot be reused; set "
             "backbone_dropout: false or prefix_cache: off"
         )
-    fedsum_parts = (config.get("partitions") or {}).get("fedsum")
+    fedsum_parts = _mapping(config.get("partitions")).get("fedsum")
     if isinstance(fedsum_parts, dict) and "oracle_sentences" in fedsum_parts:
         out.append(
             "config key partitions.fedsum.oracle_sentences: renamed -- the test-time count is "

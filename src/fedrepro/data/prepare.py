@@ -122,6 +122,12 @@ def prepare_source(name: str, raw_dir: str | Path, out_path: str, report_path: s
                 raise InputError(f"{path}: record id {rec['id']} occurs twice with different content")
             by_id[rec["id"]] = rec
     records = [by_id[k] for k in sorted(by_id)]
+    if not records:
+        raise InputError(
+            f"{raw_dir}: no {name} records in {len(files)} data file(s)"
+            + (f" ({len(skipped)} malformed record(s) skipped)" if skipped else "")
+            + f"; check the raw copy (config key {source.config_key})"
+        )
     heldout = None
     if heldout_test and source.kind == "seq2seq" and not any(r["split"] == "test" for r in records):
         records, heldout = hold_out_test(records, name, float(heldout_test["fraction"]),

@@ -78,9 +78,38 @@ def _ids_by(records: list[dict], key: str) -> dict[str, dict[str, list[str]]]:
     return {k: dict(v) for k, v in out.items()}
 
 
+def _source_ids(recs: dict[str, list[dict]], record_files: dict[str, str], name: str
+                ) -> dict[str, list[str]]:
+    """``{split: [ids]}`` of source ``name``'s prepared records; a setting that needs a source
+    whose records file is missing from the inputs, or holds none of its records, is an
+    :class:`InputError` naming the file (it used to surface as a bare ``KeyError: 'csl'``)."""
+    if name not in recs:
+        raise InputError(
+            f"the setting needs the prepared records of source {name!r}, but no records file of "
+            f"{name!r} is among its inputs ({sorted(record_files)})"
+        )
+    by_source = _ids_by(recs[name], "source")
+    if name not in by_source:
+        raise InputError(
+            f"{record_files[name]}: no records of source {name!r} (found "
+            f"{sorted(by_source) or 'none'}); the raw copy of {name!r} gave no record -- check "
+            f"data.{name}.local_dir and rerun its prepare step"
+        )
+    return by_source[name]
+
+
+def _split(by_split: dict[str, list[str]], split: str, name: str, path: str) -> list[str]:
+    if not by_split.get(split):
+        raise InputError(f"{path}: source {name!r} has no {split} records (splits: "
+                         f"{sorted(by_split)}); this setting needs them")
+    return by_split[split]
+
+
 def build_manifest(setting: dict, record_files: dict[str, str], seed: int) -> P.Manifest:
     """Build one setting's manifest ``{client: {split: [ids]}}`` from prepared record files."""
     recs = {name: read_jsonl(path) for name, path in record_files.items()}
+    if setting["kind"] in ("natural_qmsum", "iid", "noniid", "natural_plus"):
+        _source_ids(recs, record_files, "qmsum")  # present and not empty
     kind = setting["kind"]
     if kind == "natural_qmsum":
         return P.natural(_ids_by(recs["qmsum"], "client"))
@@ -91,18 +120,18 @@ def build_manifest(setting: dict, record_files: dict[str, str], seed: int) -> P.
     if kind == "natural_plus":  # the three QMSum domains plus one client per extra source
         ids = _ids_by(recs["qmsum"], "client")
         for name in setting["sources"][1:]:
-            ids[name] = _ids_by(recs[name], "source")[name]
+            ids[name] = _source_ids(recs, record_files, name)
         return P.natural(ids)
     if kind == "natural_sources":
         ids = {}
         for name in setting["sources"]:
-            ids.update(_ids_by(recs[name], "source"))
+            ids[name] = _source_ids(recs, record_files, name)
         return P.natural(ids)
     if kind == "dirichlet":
         (name,) = setting["sources"]
-        by_split = _ids_by(recs[name], "source")[name]
+        by_split = _source_ids(recs, record_files, name)
         clients = P.fedsum_scarcity(
-            by_split["train"], setting["total"], setting["num_clients"], setting["alpha"], seed,
+            _split(by_split, "train", name, record_files[name]), setting["total"], setting["num_clients"], setting["alpha"], seed,
             setting.get("empty_clients", "redraw"), int(setting.get("max_redraws", P.DEFAULT_MAX_REDRAWS)),
         )
         return {c: {"train": ids} for c, ids in clients.items()}
@@ -114,7 +143,7 @@ def build_manifest(setting: dict, record_files: dict[str, str], seed: int) -> P.
         return P.fedmcp_cross_task({t: by_task[t] for t in setting["tasks"]}, seed)
     if kind in ("fedsumm", "fedsumm_single", "fedsumm_all"):
         (name,) = setting["sources"]
-        clients = P.fedsumm_clients(_ids_by(recs[name], "source")[name], setting["num_clients"], seed, name)
+        clients = P.fedsumm_clients(_source_ids(recs, record_files, name), setting["num_clients"], seed, name)
         if kind == "fedsumm_single":
             first = sorted(clients)[0]
             return {first: clients[first]}
@@ -133,7 +162,7 @@ def shared_splits(setting: dict, record_files: dict[str, str]) -> dict[str, list
     if setting["kind"] != "dirichlet":
         return {}
     (name,) = setting["sources"]
-    by_split = _ids_by(read_jsonl(record_files[name]), "source")[name]
+    by_split = _source_ids({name: read_jsonl(record_files[name])}, record_files, name)
     return {s: sorted(v) for s, v in by_split.items() if s != "train"}
 
 

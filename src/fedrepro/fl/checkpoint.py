@@ -25,9 +25,9 @@ from collections import OrderedDict
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from fedrepro.io import InputError, atomic_path, read_json, write_json_atomic
+from fedrepro.io import InputError, read_json, safetensors_save_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,7 @@ def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
     No ``metadata`` is written: safetensors serialises a metadata dict in hash-map order, which
     differs between processes and would break byte-identical reruns.
     """
-    with atomic_path(path, suffix=".safetensors") as tmp:
-        save_file({k: v.detach().cpu().clone().contiguous() for k, v in state.items()}, str(tmp))
+    safetensors_save_atomic({k: v.detach().cpu().clone().contiguous() for k, v in state.items()}, path)
 
 
 def load_state(path: str | os.PathLike) -> OrderedDict[str, torch.Tensor]:

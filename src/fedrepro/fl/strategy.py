@@ -162,16 +162,13 @@ class SortedCheckpointFedAvg(FedAvg):
         memory; :meth:`spooled_arrays` reads them back tensor by tensor."""
         if reply.has_error() or self.arrayrecord_key not in reply.content:
             return
-        from safetensors.numpy import save_file
-
-        from fedrepro.io import atomic_path
+        from fedrepro.io import safetensors_save_atomic
 
         arrays = reply.content[self.arrayrecord_key]
         pid = int(reply.content["metrics"]["partition-id"])
         path = self._spool_root() / f"partition_{pid:05d}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path, suffix=".safetensors") as tmp:
-            save_file({k: arrays[k].numpy() for k in arrays}, str(tmp))
+        safetensors_save_atomic({k: arrays[k].numpy() for k in arrays}, path)
         self._spooled[pid] = {"path": path, "shapes": {k: list(a.shape) for k, a in arrays.items()},
                               "bytes": payload_bytes(arrays), "record_bytes": arrays.count_bytes()}
         reply.content[self.arrayrecord_key] = ArrayRecord()

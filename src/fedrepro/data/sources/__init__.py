@@ -10,12 +10,14 @@ samples live apart, in :mod:`fedrepro.data.samples`.  Records are normalized as
 
 ``parse(path)`` takes one split file (or, where the raw release is a folder, that folder) and
 returns a list of records; malformed records raise :class:`fedrepro.io.InputError` naming the
-file, the line or record id and the field (or are skipped and counted where the config says so).
+file, the line or record id and the field (or are skipped and counted where the config says so),
+and so does a file that holds no record at all (an empty file is an error, not 0 records).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import re
 from collections.abc import Callable
@@ -112,9 +114,30 @@ class Records(list):
 _REGISTRY: dict[str, Source] = {}
 
 
+def _nonempty(parse: Callable[..., list[dict]], name: str) -> Callable[..., list[dict]]:
+    """``parse`` that raises :class:`InputError` for a file (or folder) that yields no record and
+    skips none: an empty file, one of blank lines only, or an empty JSON list. Without this check
+    an empty raw file gave 0 records silently and the setting built from them failed much later
+    (``KeyError: 'csl'`` in the partition step)."""
+
+    @functools.wraps(parse)
+    def checked(path, *args, **kwargs):
+        records = parse(path, *args, **kwargs)
+        if not records and not getattr(records, "skipped", None):
+            raise InputError(
+                f"{path}: no {name} records (the file is empty or holds no record); check that it "
+                f"is the {name} split file you meant, or remove it from the raw folder"
+            )
+        return records
+
+    return checked
+
+
 def register(source: Source) -> Source:
+    """Add ``source`` to the registry; its ``parse`` is wrapped to reject inputs with no record."""
     if source.name not in SOURCE_MODULES:
         raise ValueError(f"add {source.name!r} to SOURCE_MODULES before registering it")
+    source = dataclasses.replace(source, parse=_nonempty(source.parse, source.name))
     _REGISTRY[source.name] = source
     return source
 

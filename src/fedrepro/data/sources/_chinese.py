@@ -58,7 +58,7 @@ from typing import Any
 from fedrepro.data.download import DownloadError
 from fedrepro.data.download import check_reachable as _check_reachable
 from fedrepro.data.sources import SPLIT_ALIASES, split_token
-from fedrepro.io import InputError, atomic_dir
+from fedrepro.io import InputError, atomic_dir, iter_text_lines, read_text
 
 log = logging.getLogger(__name__)
 
@@ -131,31 +131,15 @@ def _split_from_name(path: Path, stem: str) -> str:
 
 
 def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise InputError(f"{path}: file not found")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc}); convert the file to UTF-8") from exc
-    return text.removeprefix("\ufeff")
+    """The UTF-8 text of ``path``; bad bytes raise :class:`InputError` naming the file and line."""
+    return read_text(path)
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` streamed from a UTF-8 file, split on ``\\n`` only (Weibo and news
     text may hold U+2028 and other characters ``str.splitlines`` would break on); ``\\r`` and a
-    leading byte-order mark are dropped."""
-    if not path.is_file():
-        raise InputError(f"{path}: file not found")
-    lineno = 0
-    try:
-        with open(path, encoding="utf-8", newline="\n") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                line = line.removesuffix("\n").removesuffix("\r")
-                yield lineno, line.removeprefix("\ufeff") if lineno == 1 else line
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason}); convert the file to UTF-8"
-        ) from exc
+    leading byte-order mark are dropped; bad bytes raise :class:`InputError` naming the line."""
+    return iter_text_lines(path)
 
 
 def _count_lines(path: Path) -> int:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from fedrepro.data.download import DownloadError, check_reachable
 from fedrepro.data.sources import SPLIT_ALIASES, Records
-from fedrepro.io import InputError, atomic_dir, write_text_atomic
+from fedrepro.io import InputError, atomic_dir, iter_text_lines, read_text, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,8 @@ class RawRow:
 
 def _iter_json_lines(path: Path, text: str) -> Iterator[RawRow]:
     index = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # lines end at "\n" only: JSON strings may hold U+2028 and others str.splitlines breaks on
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         loc = f"line {lineno}"
@@ -218,7 +219,7 @@ def _iter_json_lines(path: Path, text: str) -> Iterator[RawRow]:
 
 
 def _iter_json(path: Path) -> Iterator[RawRow]:
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_text(path)
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
@@ -235,39 +236,56 @@ def _iter_json(path: Path) -> Iterator[RawRow]:
     yield from _iter_json_lines(path, text)
 
 
+def csv_reader(path: Path, strict: bool = True):
+    """A ``csv.reader`` over the UTF-8 lines of ``path`` (bytes that are not UTF-8: an
+    :class:`InputError` naming the file and line). Long articles are valid fields, so the csv
+    module's 128 KiB field limit is lifted (process-wide). ``strict``: a file cut inside a quoted
+    field, or text after a closing quote, is a ``csv.Error`` instead of a silently shortened or
+    merged field."""
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    return csv.reader((line for _, line in iter_text_lines(path, keepends=True)), strict=strict)
+
+
 def _iter_csv(path: Path) -> Iterator[RawRow]:
-    with open(path, encoding="utf-8-sig", newline="") as fh:
-        reader = csv.reader(fh)
+    reader = csv_reader(path)
+    try:
+        header = next(reader)
+    except StopIteration:
+        return
+    except csv.Error as exc:
+        raise InputError(f"{path}:1: bad CSV header ({exc})") from exc
+    header = [h.strip() for h in header]
+    index = 0
+    start = reader.line_num + 1
+    while True:
         try:
-            header = next(reader)
+            row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
-            raise InputError(f"{path}:1: bad CSV header ({exc})") from exc
-        header = [h.strip() for h in header]
-        index = 0
-        start = reader.line_num + 1
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                yield RawRow(f"line {start}", index, None, f"bad CSV ({exc})")
-                index += 1
-                start = reader.line_num + 1
-                continue
-            loc = f"line {start}"
-            start = reader.line_num + 1
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            if len(row) != len(header):
-                yield RawRow(
-                    loc, index, None, f"expected {len(header)} CSV fields {header}, got {len(row)}"
-                )
-            else:
-                yield RawRow(loc, index, dict(zip(header, row)))
+            yield RawRow(f"line {start}", index, None, f"field `<csv row>`: bad CSV ({exc})")
             index += 1
+            start = reader.line_num + 1
+            continue
+        loc = f"line {start}"
+        start = reader.line_num + 1
+        if not row or not any(cell.strip() for cell in row):
+            continue
+        if len(row) < len(header):
+            yield RawRow(
+                loc, index, None,
+                f"field `{header[len(row)]}`: missing (the row has {len(row)} CSV fields, the "
+                f"header {len(header)}: {header})",
+            )
+        elif len(row) > len(header):
+            yield RawRow(
+                loc, index, None,
+                f"field `<column {len(header) + 1}>`: not in the header (the row has {len(row)} "
+                f"CSV fields, the header {len(header)}: {header}; an unquoted comma?)",
+            )
+        else:
+            yield RawRow(loc, index, dict(zip(header, row)))
+        index += 1
 
 
 def _iter_parquet(path: Path) -> Iterator[RawRow]:
@@ -298,7 +316,7 @@ def iter_raw(path: str | os.PathLike) -> Iterator[RawRow]:
     elif suffix == ".json":
         yield from _iter_json(path)
     elif suffix in (".jsonl", ".txt"):
-        yield from _iter_json_lines(path, path.read_text(encoding="utf-8-sig"))
+        yield from _iter_json_lines(path, read_text(path))
     else:
         raise InputError(
             f"{path}: unsupported file type {suffix!r}; expected one of {DATA_SUFFIXES}"

@@ -49,7 +49,7 @@ from typing import Any
 
 from fedrepro.data.download import DownloadError
 from fedrepro.data.sources import SPLIT_ALIASES, Records, split_token
-from fedrepro.io import InputError, atomic_dir
+from fedrepro.io import InputError, atomic_dir, iter_text_lines
 
 log = logging.getLogger(__name__)
 
@@ -195,28 +195,27 @@ class _Collector:
 
 def _iter_json_lines(path: Path, collector: _Collector) -> Iterator[tuple[int, dict]]:
     """``(line, object)`` per non-blank line; a bad line raises or is skipped like a bad record."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise InputError(
-                        f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"
-                    )
-            except json.JSONDecodeError as exc:
-                err = InputError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove it")
-                if not collector.skip:
-                    raise err from exc
-                collector.skipped.append((str(lineno), str(err)))
-                continue
-            except InputError as err:
-                if not collector.skip:
-                    raise
-                collector.skipped.append((str(lineno), str(err)))
-                continue
-            yield lineno, obj
+    for lineno, line in iter_text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise InputError(
+                    f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"
+                )
+        except json.JSONDecodeError as exc:
+            err = InputError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove it")
+            if not collector.skip:
+                raise err from exc
+            collector.skipped.append((str(lineno), str(err)))
+            continue
+        except InputError as err:
+            if not collector.skip:
+                raise
+            collector.skipped.append((str(lineno), str(err)))
+            continue
+        yield lineno, obj
 
 
 def _require_file(path: Path, name: str) -> None:

@@ -28,7 +28,7 @@ from fedrepro.data.sources._meetings import (
     _staged_download,
     register_source,
 )
-from fedrepro.io import InputError
+from fedrepro.io import InputError, read_text
 
 __all__ = [
     "ELITR_SHA256",
@@ -142,7 +142,7 @@ def _elitr_transcript(path: Path) -> list[tuple[str, str]]:
     """ELITR transcript utterances: ``(SPEAKER) text`` starts a turn, a bare line continues it."""
     utterances = []
     speaker = "UNKNOWN"
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path).splitlines():
         line = line.strip()
         if not line:
             continue
@@ -200,7 +200,7 @@ def _elitr_records(meeting_dir: Path, split: str, raw_split: str) -> list[dict]:
         raise _fail(meeting_dir, "meeting", "minutes", "no minutes_GENER_*.txt file")
     records = []
     for mf in minutes_files:
-        lines = [ln.strip() for ln in mf.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in read_text(mf).splitlines() if ln.strip()]
         if not lines:
             raise _fail(mf, "1", "minutes", "empty")
         annot = mf.stem.removeprefix("minutes_GENER_")

@@ -72,7 +72,7 @@ from typing import Any
 
 from fedrepro.data.download import DownloadError
 from fedrepro.data.sources import Records
-from fedrepro.io import InputError, atomic_dir
+from fedrepro.io import InputError, atomic_dir, iter_text_lines
 
 __all__ = [
     "CONFIG_KEY",
@@ -346,12 +346,12 @@ def _record(
 
 def _iter_tsv_rows(path: Path) -> Iterable[tuple[int, list[str]]]:
     """``(line number, fields)`` of each non-blank line, split on tabs only (no CSV quoting)."""
-    # utf-8-sig drops MRPC's byte-order mark; newline="\n" keeps a stray "\r" inside a line
-    with open(path, encoding="utf-8-sig", newline="\n") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\n").rstrip("\r")
-            if line.strip():
-                yield lineno, line.split("\t")
+    # the reader drops MRPC's byte-order mark; lines end at "\n" only (a stray "\r" inside a line
+    # stays); bytes that are not UTF-8 raise InputError naming the file and the line
+    for lineno, line in iter_text_lines(path):
+        line = line.rstrip("\r")
+        if line.strip():
+            yield lineno, line.split("\t")
 
 
 def _parse_tsv(path: Path, spec: TaskSpec, split: str, skip_malformed: bool) -> Records:

@@ -32,7 +32,7 @@ from fedrepro.data.sources._meetings import (
     _staged_download,
     register_source,
 )
-from fedrepro.io import InputError
+from fedrepro.io import InputError, read_text
 
 __all__ = [
     "ICSI_HUB_ID",
@@ -91,7 +91,7 @@ def _load_json_records(path: Path, out: _Collector) -> Iterator[tuple[str, Any]]
     if path.suffix == ".jsonl":
         yield from ((f"{n}", o) for n, o in _iter_json_lines(path, out))
         return
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -124,9 +124,11 @@ def parse_lcsts(path: str | os.PathLike, skip_malformed: bool = False) -> Record
     split = _split_from_name(path, prefix)
     n_src, n_tgt = _count_lines(src), _count_lines(tgt)
     if n_src != n_tgt:
+        longer, shorter = (src, tgt) if n_src > n_tgt else (tgt, src)
         raise InputError(
             f"LCSTS parallel files differ in length: {src} has {n_src} lines but {tgt} has "
-            f"{n_tgt}; line i of the .src file must pair with line i of the .tgt file"
+            f"{n_tgt} ({longer}:{min(n_src, n_tgt) + 1} and the lines after it have no partner "
+            f"in {shorter.name}); line i of the .src file must pair with line i of the .tgt file"
         )
     bad_src, bad_tgt = _Malformed(src, skip_malformed), _Malformed(tgt, skip_malformed)
     records: list[dict] = []

@@ -247,6 +247,32 @@ def _span_index(value: Any, path: Any, lineno: int, field: str) -> int:
     return value
 
 
+def _spans(obj: dict, n: int, path: Any, lineno: int, field: str) -> list[tuple[int, int]]:
+    """``obj["relevant_text_span"]``: a non-empty list of inclusive ``[start, end]`` turn pairs
+    with ``0 <= start <= end < n`` (``n`` turns in the meeting)."""
+    raw_spans = _get(obj, "relevant_text_span", list, path, lineno, field)
+    if not raw_spans:
+        raise _fail(path, lineno, field, "empty (no supporting turns)")
+    spans: list[tuple[int, int]] = []
+    for si, span in enumerate(raw_spans):
+        sfield = f"{field}[{si}]"
+        if not isinstance(span, (list, tuple)) or len(span) != 2:
+            raise _fail(path, lineno, sfield, f"expected a [start, end] pair, got {span!r:.80}")
+        start = _span_index(span[0], path, lineno, sfield)
+        end = _span_index(span[1], path, lineno, sfield)
+        if start > end:
+            raise _fail(path, lineno, sfield, f"start {start} is after end {end}")
+        if end >= n:
+            raise _fail(
+                path,
+                lineno,
+                sfield,
+                f"span [{start}, {end}] out of range: the meeting has {n} turns (0..{n - 1})",
+            )
+        spans.append((start, end))
+    return spans
+
+
 def _validate_meeting(
     obj: dict, path: Any, lineno: int
 ) -> tuple[list[tuple[str, str]], list[dict]]:
@@ -265,15 +291,27 @@ def _validate_meeting(
         speaker = _get(turn, "speaker", str, path, lineno, f"{field}.speaker")
         content = _get(turn, "content", str, path, lineno, f"{field}.content")
         turns.append((speaker, content))
-    for key in (
-        "topic_list",
-        "general_query_list",
-    ):  # not used, but must have the right type if present
-        if key in obj and not isinstance(obj[key], list):
-            raise _fail(path, lineno, key, f"expected list, got {type(obj[key]).__name__}")
+    n = len(turns)
+    # topic_list and general_query_list are not rendered, but a meeting whose topics point outside
+    # its transcript (or whose lists are mistyped) is a damaged copy: checked like the queries
+    if "topic_list" in obj:
+        topics = _get(obj, "topic_list", list, path, lineno, "topic_list")
+        for ti, topic in enumerate(topics):
+            field = f"topic_list[{ti}]"
+            if not isinstance(topic, dict):
+                raise _fail(path, lineno, field, f"expected an object, got {type(topic).__name__}")
+            _get(topic, "topic", str, path, lineno, f"{field}.topic")
+            _spans(topic, n, path, lineno, f"{field}.relevant_text_span")
+    if "general_query_list" in obj:
+        general = _get(obj, "general_query_list", list, path, lineno, "general_query_list")
+        for gi, q in enumerate(general):
+            field = f"general_query_list[{gi}]"
+            if not isinstance(q, dict):
+                raise _fail(path, lineno, field, f"expected an object, got {type(q).__name__}")
+            _get(q, "query", str, path, lineno, f"{field}.query")
+            _get(q, "answer", str, path, lineno, f"{field}.answer")
     queries = _get(obj, "specific_query_list", list, path, lineno, "specific_query_list")
     out: list[dict] = []
-    n = len(turns)
     for qi, q in enumerate(queries):
         field = f"specific_query_list[{qi}]"
         if not isinstance(q, dict):
@@ -284,26 +322,7 @@ def _validate_meeting(
             raise _fail(path, lineno, f"{field}.query", "empty")
         if not answer.strip():
             raise _fail(path, lineno, f"{field}.answer", "empty")
-        raw_spans = _get(q, "relevant_text_span", list, path, lineno, f"{field}.relevant_text_span")
-        if not raw_spans:
-            raise _fail(path, lineno, f"{field}.relevant_text_span", "empty (no supporting turns)")
-        spans: list[tuple[int, int]] = []
-        for si, span in enumerate(raw_spans):
-            sfield = f"{field}.relevant_text_span[{si}]"
-            if not isinstance(span, (list, tuple)) or len(span) != 2:
-                raise _fail(path, lineno, sfield, f"expected a [start, end] pair, got {span!r}")
-            start = _span_index(span[0], path, lineno, sfield)
-            end = _span_index(span[1], path, lineno, sfield)
-            if start > end:
-                raise _fail(path, lineno, sfield, f"start {start} is after end {end}")
-            if end >= n:
-                raise _fail(
-                    path,
-                    lineno,
-                    sfield,
-                    f"span [{start}, {end}] out of range: the meeting has {n} turns (0..{n - 1})",
-                )
-            spans.append((start, end))
+        spans = _spans(q, n, path, lineno, f"{field}.relevant_text_span")
         out.append({"query": query, "answer": answer, "spans": spans})
     return turns, out
 

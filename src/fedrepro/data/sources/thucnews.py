@@ -170,11 +170,21 @@ def _thucnews_document(path: Path, bad: _Malformed) -> dict | None:
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:
+        lineno = raw.count(b"\n", 0, exc.start) + 1
+        n_high = sum(b >= 0x80 for b in raw)
+        n_bad = raw.decode("utf-8", errors="replace").count("\ufffd")
+        if n_bad * 10 < n_high:
+            # mostly valid UTF-8: a damaged UTF-8 file, not a GB18030 one (in GB18030 text nearly
+            # every character is an invalid UTF-8 sequence; decoding damaged UTF-8 as GB18030
+            # would turn every Chinese character into silent mojibake)
+            bad(lineno, "<encoding>", f"not valid UTF-8 text ({exc.reason} at byte {exc.start}) in "
+                "an otherwise UTF-8 file; fix or convert the file")
+            return None
         try:
             text = raw.decode("gb18030")
         except UnicodeDecodeError:
-            bad(1, "<encoding>", "neither UTF-8 nor GB18030 text")
+            bad(lineno, "<encoding>", "neither UTF-8 nor GB18030 text")
             return None
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     title = lines[0].strip() if lines else ""

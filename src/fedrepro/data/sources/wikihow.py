@@ -35,7 +35,6 @@ that says where to get the file.
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 from pathlib import Path
@@ -136,26 +135,25 @@ def split_all_csv(
     """
     csv_path, out_dir = Path(csv_path), Path(out_dir)
     rows: dict[str, list[list[str]]] = {s: [] for s in titles}
-    with open(csv_path, encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header != list(HEADER):
-            raise InputError(
-                f"{csv_path}:1: expected the header {list(HEADER)} of wikihowAll.csv, got {header}"
-            )
-        for row in reader:
-            if len(row) != len(HEADER):
-                continue
-            headline, title, text = (c.strip() for c in row)
-            if len(headline) >= 0.75 * len(text):
-                continue
-            headline, text = clean_pair(headline, text)
-            if not headline or not text:
-                continue
-            key = title.replace(" ", "")
-            for split, names in titles.items():
-                if key in names:
-                    rows[split].append([headline, title, text])
+    reader = en.csv_reader(csv_path, strict=False)  # as the hub loader reads it
+    header = next(reader, None)
+    if header != list(HEADER):
+        raise InputError(
+            f"{csv_path}:1: expected the header {list(HEADER)} of wikihowAll.csv, got {header}"
+        )
+    for row in reader:
+        if len(row) != len(HEADER):
+            continue
+        headline, title, text = (c.strip() for c in row)
+        if len(headline) >= 0.75 * len(text):
+            continue
+        headline, text = clean_pair(headline, text)
+        if not headline or not text:
+            continue
+        key = title.replace(" ", "")
+        for split, names in titles.items():
+            if key in names:
+                rows[split].append([headline, title, text])
     return {s: en.write_csv_atomic(out_dir / f"{s}.csv", HEADER, rs) for s, rs in rows.items()}
 
 

@@ -35,7 +35,7 @@ from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedProx, FedYogi
 
 from fedrepro.fl.algorithms import fednova_aggregate
 from fedrepro.fl.strategy import SortedCheckpointFedAvg
-from fedrepro.io import InputError, atomic_path
+from fedrepro.io import InputError, torch_save_atomic
 from fedrepro.papers.adafedseleckd.methods import get_method
 
 SERVER_OPTIMIZERS = {"adam": FedAdam, "yogi": FedYogi, "adagrad": FedAdagrad}
@@ -95,8 +95,7 @@ class AdaFedOptStrategy(SortedCheckpointFedAvg):
             "m_t": {k: torch.from_numpy(v.copy()) for k, v in (self.opt.m_t or {}).items()},
             "v_t": {k: torch.from_numpy(v.copy()) for k, v in (self.opt.v_t or {}).items()},
         }
-        with atomic_path(self.moments_path(absolute_round), suffix=".pt") as tmp:
-            torch.save(state, tmp)
+        torch_save_atomic(state, self.moments_path(absolute_round))
 
     def load_moments(self, absolute_round: int) -> None:
         path = self.moments_path(absolute_round)

@@ -27,7 +27,7 @@ from fedrepro.devices import cell_device, configure_torch, cpu_state
 from fedrepro.fl.checkpoint import last_participation, latest_client_round, load_state, save_state
 from fedrepro.fl.checkpoint import checkpoint_paths, prepare_checkpoints
 from fedrepro.fl.limits import rehearsal_limit
-from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
+from fedrepro.io import InputError, read_jsonl, torch_save_atomic, write_json_atomic
 from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
@@ -362,8 +362,8 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         write_trace(trace_path(cell, name, r), trace)
         state_path, meta_path = checkpoint_paths(cell["out_dir"], r)
         save_state(state_path, model.adapter_state("local"))
-        with atomic_path(Path(cell["out_dir"]) / "checkpoints" / f"optimizer_round_{r:03d}.pt") as tmp:
-            torch.save(optimizer.state_dict(), tmp)
+        torch_save_atomic(optimizer.state_dict(),
+                          Path(cell["out_dir"]) / "checkpoints" / f"optimizer_round_{r:03d}.pt")
         write_json_atomic(
             meta_path,
             {"round": r, "clients": [{"client": name, "num_examples": len(examples), **stats}],

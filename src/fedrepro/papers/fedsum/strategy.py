@@ -64,7 +64,7 @@ from fedrepro.papers.fedsum.baselines import (
 )
 from fedrepro.papers.fedsum import task as task
 from fedrepro.fl.strategy import SortedCheckpointFedAvg, payload_bytes
-from fedrepro.io import InputError, atomic_path, write_json_atomic
+from fedrepro.io import InputError, torch_save_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +250,7 @@ class FedSumRunnerStrategy(SortedCheckpointFedAvg):
         state = self.state_dict()
         if state is None:
             return
-        with atomic_path(self.state_path(absolute_round), suffix=".pt") as tmp:
-            torch.save(state, tmp)
+        torch_save_atomic(state, self.state_path(absolute_round))
         old = self.state_path(absolute_round - 2)
         if (
             absolute_round > 2

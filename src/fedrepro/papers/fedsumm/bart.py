@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from fedrepro.io import InputError, atomic_dir, write_json_atomic
+from fedrepro.io import InputError, atomic_dir, write_json_atomic, write_text_atomic
 
 CHINESE_BART_HUB_ID = "fnlp/bart-base-chinese"
 """Hub id of the paper's backbone (FedSUMM §IV-B, [35])."""
@@ -186,7 +186,7 @@ def _save_vocab(vocab: Sequence[str], out_dir: str | os.PathLike):
         raise InputError(
             f"vocabulary entries must be non-empty and contain no whitespace: {bad[:5]}"
         )
-    (out_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    write_text_atomic(out_dir / "vocab.txt", "\n".join(vocab) + "\n")
     write_json_atomic(out_dir / "tokenizer_config.json", TOKENIZER_CONFIG)
     tokenizer = BertTokenizer.from_pretrained(out_dir)
     tokenizer.model_input_names = ["input_ids", "attention_mask"]

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedrepro.data.seq2seq import IGNORE_INDEX, shift_right
-from fedrepro.io import InputError
+from fedrepro.io import InputError, safetensors_save_atomic, write_text_atomic
 
 PROB_FLOOR = 1e-12
 """Probabilities are clamped at this value before the log in the loss and in beam scores."""
@@ -321,17 +321,15 @@ class CopyTransformer(_CopyModel):
         return copy_mixture(logits, attn, p_gen, src_ext_ids, n_oov)
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> None:
-        from safetensors.torch import save_file
-
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "copy_transformer.json").write_text(
+        write_text_atomic(
+            out_dir / "copy_transformer.json",
             json.dumps(dataclasses.asdict(self.config), indent=2, sort_keys=True) + "\n",
-            encoding="utf-8",
         )
-        save_file(
+        safetensors_save_atomic(
             {k: v.contiguous() for k, v in self.state_dict().items()},
-            str(out_dir / "copy_transformer.safetensors"),
+            out_dir / "copy_transformer.safetensors",
         )
 
     @classmethod
@@ -409,16 +407,14 @@ class BartWithCopy(_CopyModel):
         return copy_mixture(out.logits, attn, p_gen, src_ext_ids, n_oov)
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> None:
-        from safetensors.torch import save_file
-
         out_dir = Path(out_dir)
         self.bart.save_pretrained(out_dir)
-        (out_dir / "copy_head.json").write_text(
-            json.dumps({"attention": self.attention_source}) + "\n", encoding="utf-8"
+        write_text_atomic(
+            out_dir / "copy_head.json", json.dumps({"attention": self.attention_source}) + "\n"
         )
-        save_file(
+        safetensors_save_atomic(
             {k: v.contiguous() for k, v in self.copy_head.state_dict().items()},
-            str(out_dir / "copy_head.safetensors"),
+            out_dir / "copy_head.safetensors",
         )
 
     @classmethod
