@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedrepro.devices import cpu_state
+from fedrepro.fl import failpoints
 from fedrepro.fl.strategy import metric_record
 from fedrepro.fl.tasks import task_for
 
@@ -35,6 +36,22 @@ def _client_view(config, context: Context) -> tuple[dict, int, str]:
     return cell, partition_id, client
 
 
+class ClientError(RuntimeError):
+    """A client's failure, naming the client, its partition and the round (the server's log and
+    ``checkpoints/failure.json`` then say which client failed and why, on every engine)."""
+
+
+def _named(client: str, partition_id: int, round_index: int, work):
+    try:
+        failpoints.hit("client_train", client)
+        return work()
+    except Exception as exc:
+        raise ClientError(
+            f"client {client} (partition {partition_id}) failed in round {round_index}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     config = msg.content["config"]
@@ -44,7 +61,8 @@ def train(msg: Message, context: Context) -> Message:
     task = task_for(cell)
     extra = {k: v for k, v in msg.content.items() if k not in ("arrays", "config")}
     kwargs = {"records": extra} if getattr(task, "WANTS_RECORDS", False) else {}
-    out = task.client_train_round(cell, client, round_index, server_state, **kwargs)
+    out = _named(client, partition_id, round_index,
+                 lambda: task.client_train_round(cell, client, round_index, server_state, **kwargs))
     state, stats = out[0], out[1]
     reply_records = out[2] if len(out) > 2 else {}  # a task may send more than its tensors
     content = RecordDict(

@@ -68,6 +68,7 @@ class SortedCheckpointFedAvg(FedAvg):
         self._down_bytes = 0
         self._down_record_bytes = 0
         self._n_sampled = 0
+        self._sent: dict[int, int] = {}  # node id -> partition id of the round's train messages
         self._round_t0 = time.perf_counter()
         self._node_of: dict[int, int] | None = None  # partition id -> node id
 
@@ -94,6 +95,14 @@ class SortedCheckpointFedAvg(FedAvg):
                 int(m.content["metrics"]["partition-id"]): m.metadata.src_node_id for m in replies
             }
         return self._node_of
+
+    def missing_replies(self, sent: dict[int, int], replies: list[Message]) -> str:
+        """Why a round has fewer replies than messages: which partitions did not answer within the
+        round's time limit (Flower's ``send_and_receive`` returns what arrived by then)."""
+        answered = {m.metadata.src_node_id for m in replies} if sent else set()
+        missing = sorted(pid for node, pid in sent.items() if node not in answered)
+        return (f"{len(replies)} of {len(sent)} clients replied; no reply from partition(s) {missing} "
+                f"within the round's time limit of {self.timeout:g} s (config key <paper>.round_timeout_s)")
 
     def sample_partitions(self, absolute_round: int, partition_ids: list[int]) -> list[int]:
         """The round's participants: all, or ``fraction_train`` of them drawn with a generator
@@ -123,6 +132,7 @@ class SortedCheckpointFedAvg(FedAvg):
                 self._pending[id(msg)] = (absolute, pid)
             messages.append(msg)
         self._n_sampled = len(messages)
+        self._sent = {msg.metadata.dst_node_id: pid for msg, pid in zip(messages, chosen)}
         self._round_t0 = time.perf_counter()
         self._down_bytes = payload_bytes(arrays) * len(messages)
         self._down_record_bytes = arrays.count_bytes() * len(messages)
@@ -214,7 +224,7 @@ class SortedCheckpointFedAvg(FedAvg):
         absolute = server_round + self.round_offset
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or not replies or len(replies) < self._n_sampled:
-            reason = "; ".join(errors) or f"{len(replies)} of {self._n_sampled} clients replied"
+            reason = "; ".join(errors) or self.missing_replies(self._sent, replies)
             (self.out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.out_dir / "checkpoints" / "failure.json", {"round": absolute, "reason": reason})
             raise RuntimeError(f"round {absolute} failed: {reason}")
