@@ -137,3 +137,72 @@ def build_targets(
         "--cores", "2", "--configfile", str(path), "--directory", str(tmp), *targets, timeout=timeout
     )
     return path, res
+
+
+# -- what reaches the server (issue 17, item 5) ---------------------------------------------------
+class WireTap:
+    """Every reply the server pulls from the in-process engine, recorded as ``(message type,
+    partition id, {record name: record})`` -- installed on :class:`fedrepro.fl.engine.InProcessGrid`
+    by the ``wire`` fixture (tests/conftest.py), so it sees exactly what a strategy receives."""
+
+    def __init__(self) -> None:
+        self.replies: list[tuple[str, int, dict]] = []
+
+    def record(self, replies) -> None:
+        for m in replies:
+            assert not m.has_error(), m.error.reason
+            content = dict(m.content.items())
+            pid = int(content["metrics"]["partition-id"]) if "metrics" in content else -1
+            self.replies.append((m.metadata.message_type, pid, content))
+
+
+def check_wire(tap: WireTap, shared: dict, examples: dict[int, int], extra_arrays: dict | None = None,
+               string_keys: frozenset = frozenset()) -> dict:
+    """Assert that the replies ``tap`` saw hold only what a method shares:
+
+    * the train reply's ``arrays`` record holds exactly ``shared`` (name -> shape);
+    * any other ArrayRecord is named in ``extra_arrays`` (record -> {name: shape}, or a callable
+      checking the shapes) -- never an integer array (token ids) nor one with a dimension equal to
+      the client's number of examples ``examples[partition]`` (per-example values);
+    * MetricRecords hold scalars only; ConfigRecords hold scalars, and strings only under
+      ``string_keys`` (no text).
+
+    Returns counts of what was inspected (replies, per message type, arrays, scalars)."""
+    import numpy as np
+    from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+
+    extra_arrays = extra_arrays or {}
+    counts = {"replies": 0, "arrays": 0, "scalars": 0}
+    for kind, pid, content in tap.replies:
+        counts["replies"] += 1
+        counts[kind] = counts.get(kind, 0) + 1
+        for name, record in content.items():
+            where = f"{kind} reply of partition {pid}, record {name!r}"
+            if isinstance(record, ArrayRecord):
+                shapes = {k: tuple(a.shape) for k, a in record.items()}
+                if name == "arrays" and kind == "train":
+                    assert shapes == {k: tuple(v) for k, v in shared.items()}, where
+                else:
+                    assert name in extra_arrays, f"{where}: an array record the method does not declare"
+                    expect = extra_arrays[name]
+                    if callable(expect):
+                        expect(shapes, pid)
+                    else:
+                        assert shapes == {k: tuple(v) for k, v in expect.items()}, where
+                for k, a in record.items():
+                    arr = a.numpy()
+                    counts["arrays"] += 1
+                    assert np.issubdtype(arr.dtype, np.floating), f"{where}: {k} has dtype {arr.dtype}"
+                    assert examples[pid] not in arr.shape, (
+                        f"{where}: {k} {arr.shape} has a dimension of the client's "
+                        f"{examples[pid]} examples")
+            elif isinstance(record, (MetricRecord, ConfigRecord)):
+                for k, v in record.items():
+                    counts["scalars"] += 1
+                    if isinstance(v, str):
+                        assert isinstance(record, ConfigRecord) and k in string_keys, f"{where}: text under {k!r}"
+                    else:
+                        assert isinstance(v, (int, float, bool)), f"{where}: {k} is {type(v).__name__}, not a scalar"
+            else:
+                raise AssertionError(f"{where}: unexpected record type {type(record).__name__}")
+    return counts

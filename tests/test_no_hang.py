@@ -10,6 +10,7 @@ the Ray workers and the deployed ClientApp processes inherit with the environmen
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -94,8 +95,9 @@ def test_inprocess_client_that_stalls_fails_the_cell_at_the_time_limit(world, tm
     limit = 4.0
     message, failure, elapsed = _fails_within(_cell(world, tmp_path, "inprocess", limit), limit + SLACK_S)
     for text in (message, failure["reason"]):
-        assert "client Committee (partition 1) did not reply within the round's time limit of 4 s" in text
-        assert "round_timeout_s" in text
+        # the in-process grid's deadline or the ClientApp's own bound, whichever fires first
+        assert re.search(r"client Committee \(partition 1\) did (not reply|not finish its train of round 1) "
+                         r"within the round's time limit of 4 s \(config key <paper>\.round_timeout_s\)", text), text
     print(f"\nin-process stalled client: the cell failed after {elapsed:.1f} s (limit {limit} s)")
 
 
@@ -113,9 +115,12 @@ def test_simulation_client_that_raises_fails_the_cell_naming_it(world, tmp_path,
 def test_simulation_client_that_stalls_fails_the_cell_at_the_time_limit(world, tmp_path, monkeypatch):
     _stalling(monkeypatch, 300)
     limit = 15.0  # Ray's start-up falls inside the round on this engine
-    message, failure, elapsed = _fails_within(_cell(world, tmp_path, "simulation", limit), limit + 60)
+    # the server gives up at the limit; Flower's runtime then waits for the running ClientApp,
+    # which gives up on its own stalled work at the limit too (fedrepro.fl.client_app._bounded)
+    message, failure, elapsed = _fails_within(_cell(world, tmp_path, "simulation", limit), 2 * limit + 60)
     for text in (message, failure["reason"]):
-        assert "no reply from partition(s) [1] within the round's time limit of 15 s" in text
+        assert re.search(r"no reply from partition\(s\) \[1\] within the round's time limit of 15 s|"
+                         r"client Committee \(partition 1\) did not finish", text), text
         assert "round_timeout_s" in text
     print(f"\nsimulation stalled client: the cell failed after {elapsed:.1f} s (limit {limit} s)")
 
