@@ -156,53 +156,59 @@ class WireTap:
             self.replies.append((m.metadata.message_type, pid, content))
 
 
-def check_wire(tap: WireTap, shared: dict, examples: dict[int, int], extra_arrays: dict | None = None,
-               string_keys: frozenset = frozenset()) -> dict:
+def check_wire(tap: WireTap, shared: dict, examples: dict[int, int], declared: dict | None = None) -> dict:
     """Assert that the replies ``tap`` saw hold only what a method shares:
 
-    * the train reply's ``arrays`` record holds exactly ``shared`` (name -> shape);
-    * any other ArrayRecord is named in ``extra_arrays`` (record -> {name: shape}, or a callable
-      checking the shapes) -- never an integer array (token ids) nor one with a dimension equal to
-      the client's number of examples ``examples[partition]`` (per-example values);
-    * MetricRecords hold scalars only; ConfigRecords hold scalars, and strings only under
-      ``string_keys`` (no text).
+    * a train reply's ``arrays`` record holds exactly ``shared`` (name -> shape: the tensors the
+      server broadcasts, i.e. the method's shared set);
+    * any other record is named in ``declared`` (record name -> a callable ``check(record,
+      partition)`` asserting its names and shapes or values);
+    * no ArrayRecord holds an integer array (token ids), and none but a tensor of the shared model's
+      own name and shape (fixed by the architecture) has a dimension equal to the client's number
+      of training examples ``examples[partition]`` (per-example values);
+    * MetricRecords and ConfigRecords not declared otherwise hold scalars only (no text, no lists).
 
     Returns counts of what was inspected (replies, per message type, arrays, scalars)."""
     import numpy as np
     from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
-    extra_arrays = extra_arrays or {}
+    declared = declared or {}
     counts = {"replies": 0, "arrays": 0, "scalars": 0}
     for kind, pid, content in tap.replies:
         counts["replies"] += 1
         counts[kind] = counts.get(kind, 0) + 1
         for name, record in content.items():
             where = f"{kind} reply of partition {pid}, record {name!r}"
-            if isinstance(record, ArrayRecord):
+            if name == "arrays" and kind == "train":
                 shapes = {k: tuple(a.shape) for k, a in record.items()}
-                if name == "arrays" and kind == "train":
-                    assert shapes == {k: tuple(v) for k, v in shared.items()}, where
-                else:
-                    assert name in extra_arrays, f"{where}: an array record the method does not declare"
-                    expect = extra_arrays[name]
-                    if callable(expect):
-                        expect(shapes, pid)
-                    else:
-                        assert shapes == {k: tuple(v) for k, v in expect.items()}, where
+                expected = {k: tuple(v) for k, v in shared.items()}
+                assert shapes == expected, (where, sorted(set(shapes) ^ set(expected))[:6],
+                                            len(shapes), len(expected))
+            elif name in declared:
+                declared[name](record, pid)
+            elif not isinstance(record, (MetricRecord, ConfigRecord)):
+                raise AssertionError(f"{where}: a {type(record).__name__} the method does not declare")
+            if isinstance(record, ArrayRecord):
                 for k, a in record.items():
                     arr = a.numpy()
                     counts["arrays"] += 1
                     assert np.issubdtype(arr.dtype, np.floating), f"{where}: {k} has dtype {arr.dtype}"
-                    assert examples[pid] not in arr.shape, (
+                    model_shaped = tuple(shared.get(k, ())) == arr.shape  # fixed by the architecture
+                    assert model_shaped or examples[pid] not in arr.shape, (
                         f"{where}: {k} {arr.shape} has a dimension of the client's "
                         f"{examples[pid]} examples")
-            elif isinstance(record, (MetricRecord, ConfigRecord)):
+            elif name not in declared:
                 for k, v in record.items():
                     counts["scalars"] += 1
-                    if isinstance(v, str):
-                        assert isinstance(record, ConfigRecord) and k in string_keys, f"{where}: text under {k!r}"
-                    else:
-                        assert isinstance(v, (int, float, bool)), f"{where}: {k} is {type(v).__name__}, not a scalar"
-            else:
-                raise AssertionError(f"{where}: unexpected record type {type(record).__name__}")
+                    assert isinstance(v, (int, float)), f"{where}: {k} is {type(v).__name__}, not a scalar"
     return counts
+
+
+def array_shapes(expected: dict):
+    """A ``declared`` check: an ArrayRecord with exactly these names and shapes."""
+
+    def check(record, pid) -> None:
+        got = {k: tuple(a.shape) for k, a in record.items()}
+        assert got == {k: tuple(v) for k, v in expected.items()}, (pid, got)
+
+    return check

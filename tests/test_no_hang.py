@@ -114,12 +114,12 @@ def test_simulation_client_that_raises_fails_the_cell_naming_it(world, tmp_path,
 @pytest.mark.slow
 def test_simulation_client_that_stalls_fails_the_cell_at_the_time_limit(world, tmp_path, monkeypatch):
     _stalling(monkeypatch, 300)
-    limit = 15.0  # Ray's start-up falls inside the round on this engine
+    limit = 40.0  # Ray's start-up (10-20 s here) falls inside the round on this engine
     # the server gives up at the limit; Flower's runtime then waits for the running ClientApp,
     # which gives up on its own stalled work at the limit too (fedrepro.fl.client_app._bounded)
     message, failure, elapsed = _fails_within(_cell(world, tmp_path, "simulation", limit), 2 * limit + 60)
     for text in (message, failure["reason"]):
-        assert re.search(r"no reply from partition\(s\) \[1\] within the round's time limit of 15 s|"
+        assert re.search(r"no reply from partition\(s\) \[1(, 2)?\] within the round's time limit of 40 s|"
                          r"client Committee \(partition 1\) did not finish", text), text
         assert "round_timeout_s" in text
     print(f"\nsimulation stalled client: the cell failed after {elapsed:.1f} s (limit {limit} s)")

@@ -79,8 +79,9 @@ class SortedCheckpointFedAvg(FedAvg):
             deadline = time.monotonic() + self.timeout
             while len(list(grid.get_node_ids())) < self.min_available_nodes:  # as Flower's sample_nodes
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {len(list(grid.get_node_ids()))} of {self.min_available_nodes} "
-                                       f"nodes connected within {self.timeout:.0f} s")
+                    self.fail(self.round_offset + 1, f"only {len(list(grid.get_node_ids()))} of "
+                              f"{self.min_available_nodes} nodes connected within {self.timeout:g} s "
+                              "(config key <paper>.round_timeout_s)")
                 time.sleep(0.2)
             queries = [
                 Message(content=RecordDict({"config": ConfigRecord({"ask": "partition-id"})}),
@@ -90,11 +91,20 @@ class SortedCheckpointFedAvg(FedAvg):
             replies = list(grid.send_and_receive(queries, timeout=self.timeout))
             errors = [m.error.reason for m in replies if m.has_error()]
             if errors or len(replies) < len(queries):
-                raise RuntimeError(f"partition query failed: {'; '.join(errors) or 'missing replies'}")
+                self.fail(self.round_offset + 1, "partition query failed: " + ("; ".join(errors) or (
+                    f"{len(replies)} of {len(queries)} nodes answered within the round's time limit "
+                    f"of {self.timeout:g} s (config key <paper>.round_timeout_s)")))
             self._node_of = {
                 int(m.content["metrics"]["partition-id"]): m.metadata.src_node_id for m in replies
             }
         return self._node_of
+
+    def fail(self, absolute_round: int, reason: str) -> None:
+        """Record why the run stops (``checkpoints/failure.json``, read back by the runner on every
+        engine) and raise."""
+        (self.out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.out_dir / "checkpoints" / "failure.json", {"round": absolute_round, "reason": reason})
+        raise RuntimeError(f"round {absolute_round} failed: {reason}")
 
     def missing_replies(self, sent: dict[int, int], replies: list[Message]) -> str:
         """Why a round has fewer replies than messages: which partitions did not answer within the
@@ -224,10 +234,7 @@ class SortedCheckpointFedAvg(FedAvg):
         absolute = server_round + self.round_offset
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or not replies or len(replies) < self._n_sampled:
-            reason = "; ".join(errors) or self.missing_replies(self._sent, replies)
-            (self.out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.out_dir / "checkpoints" / "failure.json", {"round": absolute, "reason": reason})
-            raise RuntimeError(f"round {absolute} failed: {reason}")
+            self.fail(absolute, "; ".join(errors) or self.missing_replies(self._sent, replies))
         replies.sort(key=lambda m: int(m.content["metrics"]["partition-id"]))
         arrays, metrics = self.aggregate_arrays(absolute, replies)
         clients, measured = [], []
