@@ -14,9 +14,9 @@ import re
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 
-import helpers
 from fedrepro.config import validate_config
 from fedrepro.fl import failpoints
 from fedrepro.fl.cell import run_cell
@@ -34,7 +34,7 @@ def world(tmp_path_factory):
 
 
 def _cell(world, tmp: Path, engine: str, timeout_s: float = 300) -> dict:
-    root, folders, backbone = world
+    _, folders, backbone = world
     cell = helpers.make_cell(tmp, "AdaFedSelectKD", backbone, folders, rounds=1, out_name=engine)
     cell.update(engine=engine, round_timeout_s=timeout_s)
     return cell
@@ -147,3 +147,50 @@ def test_snakemake_refuses_a_wrong_engine_at_once(tmp_path):
     assert res.returncode != 0
     assert "config key fedmcp.engine: 'warp' is not one of" in res.stdout + res.stderr
     print(f"\nwrong engine refused by a dry run after {time.monotonic() - t0:.1f} s")
+
+
+# -- deployment engine (SuperLink + SuperNodes; each ClientApp a process) -------------------------
+def _deployment_tools() -> bool:
+    import shutil
+    import sys
+
+    path = str(Path(sys.executable).parent)
+    return all(shutil.which(t, path=path) for t in ("flower-superlink", "flower-supernode", "flwr"))
+
+
+deployment = pytest.mark.skipif(not _deployment_tools(), reason="Flower's deployment commands are not installed")
+
+
+@pytest.mark.slow
+@deployment
+def test_deployment_client_that_raises_fails_the_run_naming_it(world, tmp_path, monkeypatch):
+    from fedrepro.fl.deploy import FederationError
+
+    _raising(monkeypatch)
+    t0 = time.monotonic()
+    with pytest.raises(FederationError) as info:
+        _run(_cell(world, tmp_path, "deployment", timeout_s=60))
+    elapsed = time.monotonic() - t0
+    assert "client Committee (partition 1) failed in round 1" in str(info.value)
+    assert "FailpointError" in str(info.value)
+    assert elapsed < 2 * 60 + SLACK_S, elapsed
+    print(f"\ndeployment raising client: the run failed after {elapsed:.1f} s")
+
+
+@pytest.mark.slow
+@deployment
+def test_deployment_client_that_stalls_fails_the_run_at_the_time_limit(world, tmp_path, monkeypatch):
+    from fedrepro.fl.deploy import FederationError
+
+    _stalling(monkeypatch, 600)
+    limit = 45.0  # the ClientApp processes' start-up (torch imports) falls inside the round
+    t0 = time.monotonic()
+    with pytest.raises(FederationError) as info:
+        _run(_cell(world, tmp_path, "deployment", timeout_s=limit))
+    elapsed = time.monotonic() - t0
+    text = str(info.value)
+    assert re.search(r"no reply from partition\(s\) \[1\] within the round's time limit of 45 s|"
+                     r"client Committee \(partition 1\) did not finish", text), text[-3000:]
+    # the run's own limit is (rounds + 1) x round_timeout_s; it ends before that, at the round's
+    assert elapsed < 2 * limit + SLACK_S, elapsed
+    print(f"\ndeployment stalled client: the run failed after {elapsed:.1f} s (limit {limit} s)")

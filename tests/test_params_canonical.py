@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers import ROOT, deep_update, demo_config_absolute, run_snakemake
 from test_workflow import TINY_CONFIG
 
@@ -72,7 +71,7 @@ def _jobs(res) -> list[str]:
     """``rule: output`` of every job a dry run would run."""
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
-    jobs = re.findall(r"^rule (\w+):\n(?:\s+\w+:.*\n)*?\s+output: ([^\n,]+)", out, flags=re.M)
+    jobs = re.findall(r"^rule (\w+):\n(?:\s+\w+:.*\n)*?\s+output: ([^\n,]+)", out, flags=re.MULTILINE)
     return sorted(f"{rule}: {path}" for rule, path in jobs)
 
 
