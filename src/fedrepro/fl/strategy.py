@@ -106,13 +106,15 @@ class SortedCheckpointFedAvg(FedAvg):
         write_json_atomic(self.out_dir / "checkpoints" / "failure.json", {"round": absolute_round, "reason": reason})
         raise RuntimeError(f"round {absolute_round} failed: {reason}")
 
-    def missing_replies(self, sent: dict[int, int], replies: list[Message]) -> str:
-        """Why a round has fewer replies than messages: which partitions did not answer within the
-        round's time limit (Flower's ``send_and_receive`` returns what arrived by then)."""
+    def missing_replies(self, sent: dict[int, int], replies: list[Message], total: int | None = None) -> str:
+        """Why a round has fewer replies than messages (``total``, default ``len(sent)``): which
+        partitions did not answer within the round's time limit (Flower's ``send_and_receive``
+        returns what arrived by then)."""
         answered = {m.metadata.src_node_id for m in replies} if sent else set()
         missing = sorted(pid for node, pid in sent.items() if node not in answered)
-        return (f"{len(replies)} of {len(sent)} clients replied; no reply from partition(s) {missing} "
-                f"within the round's time limit of {self.timeout:g} s (config key <paper>.round_timeout_s)")
+        who = f"; no reply from partition(s) {missing}" if missing else ""
+        return (f"{len(replies)} of {len(sent) if total is None else total} clients replied{who} within "
+                f"the round's time limit of {self.timeout:g} s (config key <paper>.round_timeout_s)")
 
     def sample_partitions(self, absolute_round: int, partition_ids: list[int]) -> list[int]:
         """The round's participants: all, or ``fraction_train`` of them drawn with a generator
@@ -234,7 +236,7 @@ class SortedCheckpointFedAvg(FedAvg):
         absolute = server_round + self.round_offset
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or not replies or len(replies) < self._n_sampled:
-            self.fail(absolute, "; ".join(errors) or self.missing_replies(self._sent, replies))
+            self.fail(absolute, "; ".join(errors) or self.missing_replies(self._sent, replies, self._n_sampled))
         replies.sort(key=lambda m: int(m.content["metrics"]["partition-id"]))
         arrays, metrics = self.aggregate_arrays(absolute, replies)
         clients, measured = [], []
