@@ -68,7 +68,7 @@ class SortedCheckpointFedAvg(FedAvg):
         self._down_bytes = 0
         self._down_record_bytes = 0
         self._n_sampled = 0
-        self._sent: dict[int, int] = {}  # node id -> partition id of the round's train messages
+        self._round_nodes: dict[int, int] = {}  # node id -> partition id of the round's train messages
         self._round_t0 = time.perf_counter()
         self._node_of: dict[int, int] | None = None  # partition id -> node id
 
@@ -144,7 +144,7 @@ class SortedCheckpointFedAvg(FedAvg):
                 self._pending[id(msg)] = (absolute, pid)
             messages.append(msg)
         self._n_sampled = len(messages)
-        self._sent = {msg.metadata.dst_node_id: pid for msg, pid in zip(messages, chosen)}
+        self._round_nodes = {msg.metadata.dst_node_id: pid for msg, pid in zip(messages, chosen)}
         self._round_t0 = time.perf_counter()
         self._down_bytes = payload_bytes(arrays) * len(messages)
         self._down_record_bytes = arrays.count_bytes() * len(messages)
@@ -236,7 +236,7 @@ class SortedCheckpointFedAvg(FedAvg):
         absolute = server_round + self.round_offset
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or not replies or len(replies) < self._n_sampled:
-            self.fail(absolute, "; ".join(errors) or self.missing_replies(self._sent, replies, self._n_sampled))
+            self.fail(absolute, "; ".join(errors) or self.missing_replies(self._round_nodes, replies, self._n_sampled))
         replies.sort(key=lambda m: int(m.content["metrics"]["partition-id"]))
         arrays, metrics = self.aggregate_arrays(absolute, replies)
         clients, measured = [], []
