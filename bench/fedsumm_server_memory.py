@@ -196,7 +196,7 @@ def worker(spec: dict) -> dict:
             saved.pop(t - 2).unlink()
         if layout == "disk":
             server.collect_garbage(
-                set().union(*(current.state_names(torch.load(p)) for p in saved.values()))
+                set().union(*(current.state_names(torch.load(p, weights_only=True)) for p in saved.values()))
             )
         replies = _replies(module, server, t, w, shapes)
         t0 = time.perf_counter()
@@ -217,7 +217,7 @@ def worker(spec: dict) -> dict:
             saved.pop(t - 2).unlink()
         if layout == "disk":
             server.collect_garbage(
-                set().union(*(current.state_names(torch.load(p)) for p in saved.values()))
+                set().union(*(current.state_names(torch.load(p, weights_only=True)) for p in saved.values()))
             )
         t_save = time.perf_counter() - t0
         if layout == "legacy":

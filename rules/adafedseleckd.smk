@@ -35,7 +35,7 @@ rule train_cell:
         provenance="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/provenance.json",
         kd_trace="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/kd_trace.json",
     params:
-        cell=lambda w: ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed),
+        cell=lambda w: canonical(ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed)),
     threads: ADA["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
@@ -63,7 +63,7 @@ if ada.rows_enabled(config):
         output:
             ada.row_outputs(),
         params:
-            cells=lambda w: ada.row_cells(config, w.partition, w.backbone, w.seed),
+            cells=lambda w: canonical(ada.row_cells(config, w.partition, w.backbone, w.seed)),
         threads: ADA["threads_per_cell"]
         resources:
             gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
@@ -89,7 +89,7 @@ rule evaluate_cell:
         scores="results/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}/scores.json",
     params:
         evaluate="fedrepro.papers.adafedseleckd.evaluate:evaluate_cell",
-        cell=lambda w: ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed),
+        cell=lambda w: canonical(ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed)),
     threads: ADA["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["gpu"],
@@ -113,10 +113,10 @@ rule adafedseleckd_table:
         md="results/tables/adafedseleckd_{table}.md",
         tex="results/tables/adafedseleckd_{table}.tex",
     params:
-        backbone=lambda wildcards: ada.TABLE_BACKBONES[wildcards.table],
-        name=lambda wildcards: ada.TABLE_NAMES[wildcards.table],
-        title=lambda wildcards: ada.table_title(config, wildcards.table),
-        scale=config["scale"],
+        backbone=lambda wildcards: canonical(ada.TABLE_BACKBONES[wildcards.table]),
+        name=lambda wildcards: canonical(ada.TABLE_NAMES[wildcards.table]),
+        title=lambda wildcards: canonical(ada.table_title(config, wildcards.table)),
+        scale=canonical(config["scale"]),
     log:
         "logs/adafedseleckd_table/{table}.log",
     conda:
@@ -146,7 +146,7 @@ rule adafedseleckd_pos_tags:
     output:
         "results/partitions/adafedseleckd-{partition}/seed~{seed}/pos/{client}.jsonl",
     params:
-        spacy_model=ada.spacy_model(config),
+        spacy_model=canonical(ada.spacy_model(config)),
     log:
         "logs/adafedseleckd_pos_tags/{partition}/seed~{seed}/{client}.log",
     conda:
@@ -165,7 +165,7 @@ rule adafedseleckd_experiment_table:
     wildcard_constraints:
         ada_table="table5|table7|table8",
     params:
-        spec=lambda w: ada.experiment_spec(config, w.ada_table),
+        spec=lambda w: canonical(ada.experiment_spec(config, w.ada_table)),
     log:
         "logs/adafedseleckd_experiment/{ada_table}.log",
     conda:
@@ -184,7 +184,7 @@ rule adafedseleckd_experiment_figure:
     wildcard_constraints:
         ada_figure="figure4|figure6|figure7|figure8|figure9|figure10|figure11|figure12|figure5",
     params:
-        spec=lambda w: ada.experiment_spec(config, w.ada_figure),
+        spec=lambda w: canonical(ada.experiment_spec(config, w.ada_figure)),
     log:
         "logs/adafedseleckd_experiment/{ada_figure}.log",
     conda:
@@ -199,7 +199,7 @@ rule adafedseleckd_human_eval_kit:
     output:
         directory("results/human_eval/adafedseleckd"),
     params:
-        spec=lambda w: ada.experiment_spec(config, "figure5"),
+        spec=lambda w: canonical(ada.experiment_spec(config, "figure5")),
     log:
         "logs/adafedseleckd_human_eval_kit/kit.log",
     conda:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from fedrepro.config import validate_config
+# canonical(): every rule's params value, keys sorted (a reordered config reruns nothing)
+from fedrepro.config import canonical, validate_config
 from fedrepro import grid as wf
 
 validate_config(

@@ -2,8 +2,8 @@ rule download_qmsum:
     output:
         directory("resources/downloads/qmsum"),
     params:
-        commit=config["data"]["qmsum"].get("commit"),
-        timeout=config["data"]["qmsum"].get("download_timeout_s", 10),
+        commit=canonical(config["data"]["qmsum"].get("commit")),
+        timeout=canonical(config["data"]["qmsum"].get("download_timeout_s", 10)),
     retries: 2
     log:
         "logs/download_qmsum/download.log",
@@ -20,7 +20,7 @@ rule client_files:
     output:
         directory("results/partitions/{setting}/seed~{seed}/clients"),
     params:
-        record_files=setting_record_files,
+        record_files=lambda w: canonical(setting_record_files(w)),
     log:
         "logs/client_files/{setting}/seed~{seed}.log",
     conda:

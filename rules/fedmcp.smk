@@ -26,7 +26,7 @@ rule fedmcp_train_cell:
         fm_backbone=FM["backbone"],
         fm_method="|".join(FM["methods"]),
     params:
-        cell=lambda w: fedmcp.make_cell(config, w.fm_backbone, w.fm_method, w.seed),
+        cell=lambda w: canonical(fedmcp.make_cell(config, w.fm_backbone, w.fm_method, w.seed)),
     threads: FM["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["gpu"],
@@ -55,7 +55,7 @@ rule fedmcp_evaluate_cell:
         fm_method="|".join(FM["methods"]),
     params:
         evaluate="fedrepro.papers.fedmcp.task:evaluate_cell",
-        cell=lambda w: fedmcp.make_cell(config, w.fm_backbone, w.fm_method, w.seed),
+        cell=lambda w: canonical(fedmcp.make_cell(config, w.fm_backbone, w.fm_method, w.seed)),
     threads: FM["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["gpu"],
@@ -82,11 +82,11 @@ rule fedmcp_table:
     wildcard_constraints:
         fm_target="table1|table2",
     params:
-        scale=config["scale"],
-        model_cfg=lambda wildcards: dict(
+        scale=canonical(config["scale"]),
+        model_cfg=lambda wildcards: canonical(dict(
             FM.get("lora") or {}, bottleneck=wf.backbone_settings(config, FM["backbone"])["bottleneck"],
             baseline_adapters=FM.get("baseline_adapters", "paper"),
-        ),
+        )),
     log:
         "logs/fedmcp_table/{fm_target}.log",
     conda:
@@ -106,7 +106,7 @@ rule fedmcp_figure:
     wildcard_constraints:
         fm_target="figure3|figure4|figure5",
     params:
-        scale=config["scale"],
+        scale=canonical(config["scale"]),
     log:
         "logs/fedmcp_figure/{fm_target}.log",
     conda:

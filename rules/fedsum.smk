@@ -29,7 +29,7 @@ rule fedsum_backbone:
     output:
         directory("results/backbones/bert-base"),
     params:
-        settings=wfsum.bert_settings(config),
+        settings=canonical(wfsum.bert_settings(config)),
     threads: 1
     resources:
         mem_mb=4000,
@@ -53,7 +53,7 @@ rule fedsum_scaling_manifest:
     wildcard_constraints:
         fsum_setting=wfsum.wildcard_pattern([s for s in FSUM_SETTINGS if "-n" in s]),
     params:
-        setting=lambda w: wfsum.scaled_setting(config, w.fsum_setting),
+        setting=lambda w: canonical(wfsum.scaled_setting(config, w.fsum_setting)),
     log:
         "logs/fedsum_scaling_manifest/{fsum_setting}/seed~{seed}.log",
     conda:
@@ -72,8 +72,8 @@ rule fedsum_client_data:
     wildcard_constraints:
         fsum_setting=wfsum.wildcard_pattern(FSUM_SETTINGS),
     params:
-        max_test_docs=config.get("fedsum", {}).get("eval", {}).get("max_test_docs"),
-        heldout_test_docs=config.get("fedsum", {}).get("eval", {}).get("heldout_test_docs", 0),
+        max_test_docs=canonical(config.get("fedsum", {}).get("eval", {}).get("max_test_docs")),
+        heldout_test_docs=canonical(config.get("fedsum", {}).get("eval", {}).get("heldout_test_docs", 0)),
     log:
         "logs/fedsum_client_data/{fsum_setting}/seed~{seed}.log",
     conda:
@@ -98,7 +98,7 @@ rule fedsum_train_cell:
             wfsum.method_dirs(config) if "fedsum" in config else []
         ),
     params:
-        cell=lambda w: wfsum.make_fedsum_cell(config, w.fsum_setting, w.fsum_method, w.seed),
+        cell=lambda w: canonical(wfsum.make_fedsum_cell(config, w.fsum_setting, w.fsum_method, w.seed)),
     threads: config.get("fedsum", {}).get("threads_per_cell", 1)
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
@@ -126,7 +126,7 @@ rule fedsum_train_row:
     wildcard_constraints:
         fsum_setting=wfsum.wildcard_pattern(FSUM_ROW_SETTINGS),
     params:
-        cells=lambda w: wfsum.row_cells(config, w.fsum_setting, w.seed),
+        cells=lambda w: canonical(wfsum.row_cells(config, w.fsum_setting, w.seed)),
     threads: config.get("fedsum", {}).get("threads_per_cell", 1)
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
@@ -152,8 +152,8 @@ rule fedsum_table:
     wildcard_constraints:
         fsum_target="table1|table2|table_wikihow|table_reddit|table3|table4",
     params:
-        scale=config["scale"],
-        options=lambda w: wfsum.report_options(config, w.fsum_target),
+        scale=canonical(config["scale"]),
+        options=lambda w: canonical(wfsum.report_options(config, w.fsum_target)),
     log:
         "logs/fedsum_table/{fsum_target}.log",
     conda:
@@ -173,8 +173,8 @@ rule fedsum_figure:
     wildcard_constraints:
         fsum_target="figure3|figure4|figure5",
     params:
-        scale=config["scale"],
-        options=lambda w: wfsum.report_options(config, w.fsum_target),
+        scale=canonical(config["scale"]),
+        options=lambda w: canonical(wfsum.report_options(config, w.fsum_target)),
     log:
         "logs/fedsum_figure/{fsum_target}.log",
     conda:

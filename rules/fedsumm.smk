@@ -26,7 +26,7 @@ rule fedsumm_backbone:
     output:
         directory(wfs.BACKBONE_DIR),
     params:
-        settings=wfs.backbone_settings(config),
+        settings=canonical(wfs.backbone_settings(config)),
     threads: 1
     resources:
         mem_mb=lambda w: wfs.job_resources(config, "backbone")["mem_mb"],
@@ -53,7 +53,7 @@ rule fedsumm_row:
         fs_n=wfs.row_clients_constraint(config, "table"),
         fs_model="|".join(wfs.MODELS),
     params:
-        cells=lambda w: wfs.row_cells(config, "table", w.fs_corpus, w.fs_n, w.fs_model, w.seed),
+        cells=lambda w: canonical(wfs.row_cells(config, "table", w.fs_corpus, w.fs_n, w.fs_model, w.seed)),
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
@@ -80,7 +80,7 @@ rule fedsumm_federated_row:
         fs_n=wfs.row_clients_constraint(config, "federated"),
         fs_model="|".join(wfs.MODELS),
     params:
-        cells=lambda w: wfs.row_cells(config, "federated", w.fs_corpus, w.fs_n, w.fs_model, w.seed),
+        cells=lambda w: canonical(wfs.row_cells(config, "federated", w.fs_corpus, w.fs_n, w.fs_model, w.seed)),
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
@@ -108,9 +108,9 @@ rule fedsumm_dp_row:
         fs_model="|".join(wfs.MODELS),
         fs_regime="FedAvg|FedSUMM",
     params:
-        cells=lambda w: wfs.dp_row_cells(
+        cells=lambda w: canonical(wfs.dp_row_cells(
             config, w.fs_corpus, w.fs_n, w.fs_model, w.fs_regime, w.seed
-        ),
+        )),
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
@@ -137,7 +137,7 @@ rule fedsumm_table:
     wildcard_constraints:
         fs_target="table1|table2",
     params:
-        report=wfs.report_params(config),
+        report=canonical(wfs.report_params(config)),
     log:
         "logs/fedsumm_table/{fs_target}.log",
     conda:
@@ -156,7 +156,7 @@ rule fedsumm_figure:
     wildcard_constraints:
         fs_target="figure3|figure4|figure5|figure6|dp_tradeoff",
     params:
-        report=wfs.report_params(config),
+        report=canonical(wfs.report_params(config)),
     log:
         "logs/fedsumm_figure/{fs_target}.log",
     conda:

@@ -4,7 +4,7 @@ rule backbone:
     output:
         directory("results/backbones/{backbone}"),
     params:
-        settings=lambda wildcards: wf.backbone_settings(config, wildcards.backbone),
+        settings=lambda wildcards: canonical(wf.backbone_settings(config, wildcards.backbone)),
     threads: 1
     resources:
         mem_mb=4000,

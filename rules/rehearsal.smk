@@ -16,7 +16,7 @@ if config.get("rehearsal"):
         wildcard_constraints:
             source="|".join(ALL_SOURCES),
         params:
-            scale=REHEARSAL["settings"]["sample_scale"],
+            scale=canonical(REHEARSAL["settings"]["sample_scale"]),
         log:
             "logs/rehearsal_samples/{source}.log",
         conda:
@@ -28,7 +28,7 @@ if config.get("rehearsal"):
         output:
             "plan.json",
         params:
-            plan=REHEARSAL,
+            plan=canonical(REHEARSAL),
         log:
             "logs/rehearsal_plan.log",
         conda:

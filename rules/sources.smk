@@ -8,7 +8,7 @@ rule download_source:
     wildcard_constraints:
         source="|".join(s for s in ALL_SOURCES if s != "qmsum"),
     params:
-        timeout=lambda wildcards: config["data"][wildcards.source].get("download_timeout_s", 10),
+        timeout=lambda wildcards: canonical(config["data"][wildcards.source].get("download_timeout_s", 10)),
     retries: 2
     log:
         "logs/download_source/{source}.log",
@@ -26,7 +26,7 @@ rule prepare_source:
         report="results/data/{source}/prepare_report.json",
     params:
         # skip_malformed, parse_options, heldout_test (data.<source>.heldout_test_fraction / _seed)
-        options=lambda wildcards: wf.prepare_options(config, wildcards.source),
+        options=lambda wildcards: canonical(wf.prepare_options(config, wildcards.source)),
     log:
         "logs/prepare_source/{source}.log",
     conda:
@@ -41,8 +41,8 @@ rule partition_setting:
     output:
         "results/partitions/{setting}/seed~{seed}/manifest.json",
     params:
-        setting=lambda wildcards: SETTINGS[wildcards.setting],
-        record_files=setting_record_files,
+        setting=lambda wildcards: canonical(SETTINGS[wildcards.setting]),
+        record_files=lambda w: canonical(setting_record_files(w)),
     log:
         "logs/partition_setting/{setting}/seed~{seed}.log",
     conda:
@@ -64,7 +64,7 @@ rule dataset_stats:
         partitions="results/stats/partitions.csv",
         figures=directory("results/stats/figures"),
     params:
-        sources=DATA_SOURCES,
+        sources=canonical(DATA_SOURCES),
     log:
         "logs/dataset_stats/dataset_stats.log",
     conda:
@@ -85,8 +85,8 @@ rule oracle_labels:
         source="cnndm|pubmed|wikihow|reddit_tifu",
     params:
         # BertSum's oracle: label count (summary_size) and short-sentence filter (min_src_ntokens)
-        label_sentences=lambda wildcards: config["partitions"]["fedsum"].get("label_sentences", {}).get(wildcards.source, LABEL_SENTENCES),
-        short_sentence_tokens=config["partitions"]["fedsum"].get("short_sentence_tokens", SHORT_SENTENCE_TOKENS),
+        label_sentences=lambda wildcards: canonical(config["partitions"]["fedsum"].get("label_sentences", {}).get(wildcards.source, LABEL_SENTENCES)),
+        short_sentence_tokens=canonical(config["partitions"]["fedsum"].get("short_sentence_tokens", SHORT_SENTENCE_TOKENS)),
     log:
         "logs/oracle_labels/{source}.log",
     conda:

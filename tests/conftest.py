@@ -26,3 +26,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "rehearsal" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def wire(monkeypatch):
+    """A :class:`helpers.WireTap` on the in-process engine: every reply the server pulls."""
+    from helpers import WireTap
+
+    from fedrepro.fl.engine import InProcessGrid
+
+    tap = WireTap()
+    original = InProcessGrid.pull_messages
+
+    def pull(self, message_ids):
+        replies = list(original(self, message_ids))
+        tap.record(replies)
+        return replies
+
+    monkeypatch.setattr(InProcessGrid, "pull_messages", pull)
+    return tap

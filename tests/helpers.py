@@ -137,3 +137,78 @@ def build_targets(
         "--cores", "2", "--configfile", str(path), "--directory", str(tmp), *targets, timeout=timeout
     )
     return path, res
+
+
+# -- what reaches the server (issue 17, item 5) ---------------------------------------------------
+class WireTap:
+    """Every reply the server pulls from the in-process engine, recorded as ``(message type,
+    partition id, {record name: record})`` -- installed on :class:`fedrepro.fl.engine.InProcessGrid`
+    by the ``wire`` fixture (tests/conftest.py), so it sees exactly what a strategy receives."""
+
+    def __init__(self) -> None:
+        self.replies: list[tuple[str, int, dict]] = []
+
+    def record(self, replies) -> None:
+        for m in replies:
+            assert not m.has_error(), m.error.reason
+            content = dict(m.content.items())
+            pid = int(content["metrics"]["partition-id"]) if "metrics" in content else -1
+            self.replies.append((m.metadata.message_type, pid, content))
+
+
+def check_wire(tap: WireTap, shared: dict, examples: dict[int, int], declared: dict | None = None) -> dict:
+    """Assert that the replies ``tap`` saw hold only what a method shares:
+
+    * a train reply's ``arrays`` record holds exactly ``shared`` (name -> shape: the tensors the
+      server broadcasts, i.e. the method's shared set);
+    * any other record is named in ``declared`` (record name -> a callable ``check(record,
+      partition)`` asserting its names and shapes or values);
+    * no ArrayRecord holds an integer array (token ids), and none but a tensor of the shared model's
+      own name and shape (fixed by the architecture) has a dimension equal to the client's number
+      of training examples ``examples[partition]`` (per-example values);
+    * MetricRecords and ConfigRecords not declared otherwise hold scalars only (no text, no lists).
+
+    Returns counts of what was inspected (replies, per message type, arrays, scalars)."""
+    import numpy as np
+    from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+
+    declared = declared or {}
+    counts = {"replies": 0, "arrays": 0, "scalars": 0}
+    for kind, pid, content in tap.replies:
+        counts["replies"] += 1
+        counts[kind] = counts.get(kind, 0) + 1
+        for name, record in content.items():
+            where = f"{kind} reply of partition {pid}, record {name!r}"
+            if name == "arrays" and kind == "train":
+                shapes = {k: tuple(a.shape) for k, a in record.items()}
+                expected = {k: tuple(v) for k, v in shared.items()}
+                assert shapes == expected, (where, sorted(set(shapes) ^ set(expected))[:6],
+                                            len(shapes), len(expected))
+            elif name in declared:
+                declared[name](record, pid)
+            elif not isinstance(record, (MetricRecord, ConfigRecord)):
+                raise AssertionError(f"{where}: a {type(record).__name__} the method does not declare")
+            if isinstance(record, ArrayRecord):
+                for k, a in record.items():
+                    arr = a.numpy()
+                    counts["arrays"] += 1
+                    assert np.issubdtype(arr.dtype, np.floating), f"{where}: {k} has dtype {arr.dtype}"
+                    model_shaped = tuple(shared.get(k, ())) == arr.shape  # fixed by the architecture
+                    assert model_shaped or examples[pid] not in arr.shape, (
+                        f"{where}: {k} {arr.shape} has a dimension of the client's "
+                        f"{examples[pid]} examples")
+            elif name not in declared:
+                for k, v in record.items():
+                    counts["scalars"] += 1
+                    assert isinstance(v, (int, float)), f"{where}: {k} is {type(v).__name__}, not a scalar"
+    return counts
+
+
+def array_shapes(expected: dict):
+    """A ``declared`` check: an ArrayRecord with exactly these names and shapes."""
+
+    def check(record, pid) -> None:
+        got = {k: tuple(a.shape) for k, a in record.items()}
+        assert got == {k: tuple(v) for k, v in expected.items()}, (pid, got)
+
+    return check

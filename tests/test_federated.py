@@ -253,3 +253,50 @@ def test_sampled_out_clients_keep_their_local_adapter(world, monkeypatch, method
     again = dict(cell, out_dir=str(root / f"sampled-{method}-again"), keep_round_checkpoints=False)
     run_cell(again, *_outputs(again))
     assert [Path(p).read_bytes() for p in _outputs(again)[:2]] == first
+
+
+def _whitespace_pos_tags(cell: dict, root: Path) -> dict:
+    """POS files for AdaFedHardKD without spaCy: every whitespace word of each training target,
+    tagged NOUN (the format of the ``adafedseleckd_pos_tags`` rule)."""
+    from fedrepro.io import read_jsonl, write_jsonl_atomic
+
+    out = {}
+    for client, folder in cell["client_data"].items():
+        recs = []
+        for r in read_jsonl(Path(folder) / "train.jsonl"):
+            words, at = [], 0
+            for w in r["target"].split():
+                start = r["target"].index(w, at)
+                words.append({"text": w, "start": start, "end": start + len(w), "pos": "NOUN"})
+                at = start + len(w)
+            recs.append({"id": r["id"], "target": r["target"], "words": words})
+        path = root / "pos" / f"{client}.jsonl"
+        write_jsonl_atomic(path, recs)
+        out[client] = str(path)
+    return out
+
+
+def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp_path, wire):
+    """Issue 17, item 5, at the engine: one round of every federated AdaFedSelecKD method; every
+    reply the server pulls holds exactly the global adapter the server broadcasts (the method's
+    shared set) and scalar statistics -- no token ids, no text, no per-example arrays."""
+    from helpers import check_wire
+
+    from fedrepro.papers.adafedseleckd import task as ada_task
+    from fedrepro.papers.adafedseleckd.methods import METHODS
+
+    root, folders, backbone = world
+    federated = [m for m, spec in METHODS.items() if spec.federated]
+    for method in federated:
+        wire.replies.clear()
+        cell = helpers.make_cell(tmp_path, method, backbone, folders, rounds=1, out_name=f"wire-{method}")
+        cell["engine"] = "inprocess"
+        if METHODS[method].hard_kd:
+            cell.update(pos_tags=_whitespace_pos_tags(cell, tmp_path), hard_kd_tags=["NOUN"])
+        if METHODS[method].server == "fedopt":
+            cell["server_optimizer"] = {"name": "adam", "eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 0.001}
+        run_cell(cell, *_outputs(cell))
+        shared = {k: tuple(v.shape) for k, v in ada_task.initial_state(cell).items()}
+        counts = check_wire(wire, shared, examples={0: 12, 1: 12, 2: 12})
+        assert counts["train"] == 3 and counts["arrays"] == 3 * len(shared), method
+    assert len(federated) == 7

@@ -381,3 +381,26 @@ def test_sampled_out_clients_keep_their_private_state(world, tmp_path, monkeypat
                 {f"private.{k}": v for k, v in fresh.items()})
     server = load_state(checkpoint_paths(cell["out_dir"], rounds)[0])
     assert same({k[len("sent."):]: v for k, v in late.items() if k.startswith("sent.")}, server)
+
+
+def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp_path, wire):
+    """Issue 17, item 5, at the engine: every reply the server pulls in one round of each federated
+    method holds exactly the tensors the server broadcasts (the method's shared set,
+    ``initial_state``) and scalar statistics -- no token ids, no text, no per-example arrays."""
+    from helpers import check_wire
+
+    from fedrepro.papers.fedmcp import task as fedmcp_task
+    from fedrepro.papers.fedmcp.methods import METHODS
+
+    inspected = []
+    for method, spec in METHODS.items():
+        if not spec.federated:
+            continue
+        wire.replies.clear()
+        cell = _cell(world, tmp_path, method, rounds=1)
+        _run(cell)
+        shared = {k: tuple(v.shape) for k, v in fedmcp_task.initial_state(cell).items()}
+        counts = check_wire(wire, shared, examples={i: 10 for i in range(len(TASKS))})
+        assert counts["train"] == len(TASKS) and counts["arrays"] == len(TASKS) * len(shared), method
+        inspected.append(method)
+    assert len(inspected) == sum(s.federated for s in METHODS.values()) >= 12

@@ -535,3 +535,51 @@ def test_rouge_recall_beside_f1():
     )  # the, cat, sat, on, mat of 6 reference words
     assert both["rouge2_recall"] == pytest.approx(100 * 3 / 5)  # the cat, cat sat, sat on
     assert both["n"] == 1
+
+
+def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp_path, wire):
+    """Issue 17, item 5, at the engine: one round of every federated FedSum method; each reply
+    holds Ω (the tensors the server broadcasts) or, for FedProto, no model; the extra records
+    each method declares with their shapes (prototypes [H], portraits [2H], SCAFFOLD's Δc_i); and
+    scalars.  FedProto's ``fedsum-eval`` carries its test selections on the *shared* test set
+    (doc ids and sentence indices: the personalised evaluation), never a training document."""
+    from helpers import array_shapes, check_wire
+
+    from fedrepro.papers.fedsum.algorithm import VARIANTS
+    from fedrepro.papers.fedsum.baselines import BASELINES
+
+    test_ids = {r["id"] for r in read_jsonl(world / "data" / "test.jsonl")}
+    protos = array_shapes({"class-0": [HIDDEN], "class-1": [HIDDEN]})
+
+    def selections(record, pid) -> None:
+        assert set(record.keys()) == {"doc-ids", "selected"}
+        assert set(record["doc-ids"]) <= test_ids and len(record["selected"]) == len(record["doc-ids"])
+        assert all(s == "" or all(j.isdigit() for j in s.split(",")) for s in record["selected"])
+
+    methods = [m for m in (*BASELINES, *VARIANTS) if m != "Separate"]
+    for method in methods:
+        wire.replies.clear()
+        cell = _cell(world, tmp_path, method, rounds=1)
+        _run(cell)
+        model = {k: tuple(v.shape) for k, v in fedsum_task.initial_state(cell).items()}
+        declared = {
+            "SCAFFOLD": {"scaffold-delta-c": array_shapes(model)},
+            "FedProto": {"fedproto-upload": protos, "fedsum-eval": selections},
+            "FedSum": {"fedsum-upload": array_shapes({"class-0": [HIDDEN], "class-1": [HIDDEN],
+                                                      "portrait": [2 * HIDDEN]}),
+                       "fedsum-portrait": array_shapes({"portrait": [2 * HIDDEN]})},
+            "FedSum-breadth": {"fedsum-upload": array_shapes({"class-0": [HIDDEN], "class-1": [HIDDEN],
+                                                              "portrait": [2 * HIDDEN]}),
+                               "fedsum-portrait": array_shapes({"portrait": [2 * HIDDEN]})},
+        }.get(method, {})
+        shared = {} if method == "FedProto" else model
+        # FedSum's portrait pass before round 1 (pdt_init: portraits): SP_i only, no model
+        portraits = [r for r in wire.replies if "fedsum-portrait" in r[2]]
+        for _, _, content in portraits:
+            assert set(content) == {"arrays", "metrics", "fedsum-portrait"} and len(content["arrays"]) == 0
+        assert len(portraits) == (len(CLIENTS) if method in ("FedSum", "FedSum-breadth") else 0), method
+        wire.replies[:] = [r for r in wire.replies if r not in portraits] + [
+            (kind, pid, {k: v for k, v in content.items() if k != "arrays"}) for kind, pid, content in portraits]
+        counts = check_wire(wire, shared, examples=dict(enumerate(SIZES)), declared=declared)
+        assert counts["train"] >= 3, method  # clients_per_round of the cell
+    assert len(methods) == 9

@@ -570,3 +570,35 @@ def test_bad_input_is_a_clear_error(world, tmp_path):
         fedsumm_task.is_federated(_cell(world, tmp_path, "ct", "FedProx", "x"))
     with pytest.raises(InputError, match="fedsumm.algorithm.dldt"):
         _run(_cell(world, tmp_path, "ct", "FedSUMM", "bad-algo", algorithm={"dldt": "sometimes"}))
+
+
+def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp_path, wire):
+    """Issue 17, item 5, at the engine: one round of every federated FedSUMM regime (FedAvg,
+    FedSUMM, FedSUMM with DP) on each model; every train reply holds exactly the shared (trainable)
+    tensors the server broadcasts and scalar statistics, every evaluate reply scalar metrics
+    only -- no token ids, no text, no per-example arrays; the guidance travels server -> client."""
+    from helpers import check_wire
+
+    def step_losses(record, pid) -> None:
+        # the per-step (per-batch) losses of the local epoch, for the loss curves: one value per
+        # optimiser step of 4 examples, not one per example (6 examples -> 2 steps)
+        assert set(record.keys()) == {"step-losses"}
+        losses = record["step-losses"]
+        assert len(losses) == math.ceil(6 / 4) and all(isinstance(x, float) for x in losses)
+
+    inspected = []
+    for model in fedsumm_task.MODELS:
+        for regime, over in (("FedAvg", {}), ("FedSUMM", {}),
+                             ("FedSUMM", {"dp": {"enabled": True, "noise_multiplier": 0.8, "clipped_count_stddev": 1.0,
+                                                     "initial_clip_norm": 0.05, "clip_norm_lr": 0.5,
+                                                     "delta": 1e-4}})):
+            wire.replies.clear()
+            name = f"wire-{model}-{regime}-{'dp' if over else 'plain'}"
+            cell = _cell(world, tmp_path, model, regime, name, rounds=1, **over)
+            _run(cell)
+            shared = {k: tuple(v.shape) for k, v in fedsumm_task.initial_state(cell).items()}
+            counts = check_wire(wire, shared, examples={i: 6 for i in range(len(CLIENTS))},
+                                declared={fedsumm_task.REPLY_STEPS: step_losses})
+            assert counts["train"] == len(CLIENTS), name
+            inspected.append(name)
+    assert len(inspected) == 9

@@ -5,10 +5,34 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from fedrepro.io import InputError
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with every mapping's keys in sorted order, recursively: the form of every rule's
+    ``params`` (rules/*.smk).
+
+    Snakemake decides whether a job's params changed by comparing ``repr(value)`` with the one it
+    recorded, and a dict's ``repr`` follows insertion order: the same config saved with its keys in
+    another order (``yaml.safe_dump`` sorts them) made every job look changed (issue 17, item 7).
+    Lists keep their order (it can mean something: the order of clients is their partition ids).
+    Numbers need no rewriting: YAML parses every spelling of a float (``0.003``, ``3.0e-3``,
+    ``0.0030``) to the same value, whose ``repr`` is canonical; ``1`` and ``1.0`` stay different,
+    since an int and a float are different values to the code (a count, a ``range``) and in file
+    names (``alpha~1`` vs ``alpha~1.0``).  The job receives exactly this canonical value, so what
+    Snakemake recorded is what the job computed from.
+    """
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value, key=lambda k: (type(k).__name__, str(k)))}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(canonical(v) for v in value)
+    return value
 
 
 def validate_config(config: dict, schema_path: str | Path, source: str = "the config") -> None:

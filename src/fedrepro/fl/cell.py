@@ -117,7 +117,8 @@ def run_federated(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         from fedrepro.fl.engine import InProcessGrid, server_identity
 
         with server_identity():
-            run_server(InProcessGrid(client_app, len(cell["clients"])), cell, initial, done)
+            grid = InProcessGrid(client_app, len(cell["clients"]), client_names=list(cell["clients"]))
+            run_server(grid, cell, initial, done)
     elif done < rounds and engine == "deployment":
         from fedrepro.fl.deploy import run_deployment
 

@@ -10,12 +10,14 @@ then overrides the folder named in the cell.
 from __future__ import annotations
 
 import json
+import threading
 
 import torch  # noqa: F401 - Flower's ArrayRecord.to_torch_state_dict needs torch imported
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedrepro.devices import cpu_state
+from fedrepro.fl import failpoints
 from fedrepro.fl.strategy import metric_record
 from fedrepro.fl.tasks import task_for
 
@@ -35,6 +37,49 @@ def _client_view(config, context: Context) -> tuple[dict, int, str]:
     return cell, partition_id, client
 
 
+class ClientError(RuntimeError):
+    """A client's failure, naming the client, its partition and the round (the server's log and
+    ``checkpoints/failure.json`` then say which client failed and why, on every engine)."""
+
+
+def _bounded(cell: dict, client: str, partition_id: int, round_index: int, what: str, work):
+    """``work()`` run for this client, bounded by the cell's ``round_timeout_s`` (issue 17, item 4).
+
+    The work runs in a daemon thread that the ClientApp waits for at most the round's time limit:
+    a client that stalls then answers with an error instead of holding its worker forever.  This
+    matters on Flower's simulation engine, whose runtime waits for every running ClientApp before
+    ``run_simulation`` returns, even after the ServerApp has given up on the round; the stalled
+    thread dies with the Ray actor (or the ClientApp process) when the run is torn down.  Any
+    exception is re-raised as a :class:`ClientError` naming the client.  The failpoint
+    ``client_<what>`` (:mod:`fedrepro.fl.failpoints`) is hit first."""
+    limit = float(cell.get("round_timeout_s", 3600))
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            failpoints.hit(f"client_{what}", client)
+            box["out"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["exc"] = exc
+
+    worker = threading.Thread(target=run, name=f"fedrepro-client-{client}", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise ClientError(
+            f"client {client} (partition {partition_id}) did not finish its {what} of round "
+            f"{round_index} within the round's time limit of {limit:g} s (config key "
+            "<paper>.round_timeout_s)"
+        )
+    if "exc" in box:
+        exc = box["exc"]
+        raise ClientError(
+            f"client {client} (partition {partition_id}) failed in round {round_index}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return box["out"]
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     config = msg.content["config"]
@@ -44,7 +89,8 @@ def train(msg: Message, context: Context) -> Message:
     task = task_for(cell)
     extra = {k: v for k, v in msg.content.items() if k not in ("arrays", "config")}
     kwargs = {"records": extra} if getattr(task, "WANTS_RECORDS", False) else {}
-    out = task.client_train_round(cell, client, round_index, server_state, **kwargs)
+    out = _bounded(cell, client, partition_id, round_index, "train",
+                   lambda: task.client_train_round(cell, client, round_index, server_state, **kwargs))
     state, stats = out[0], out[1]
     reply_records = out[2] if len(out) > 2 else {}  # a task may send more than its tensors
     content = RecordDict(
@@ -64,7 +110,9 @@ def evaluate(msg: Message, context: Context) -> Message:
     if not hasattr(task, "client_evaluate"):
         raise RuntimeError(f"paper {cell.get('paper')!r} defines no client-side evaluation")
     round_index = int(config["server-round"]) + int(config["round-offset"])
-    metrics = task.client_evaluate(cell, client, round_index, msg.content["arrays"].to_torch_state_dict())
+    state = msg.content["arrays"].to_torch_state_dict()
+    metrics = _bounded(cell, client, partition_id, round_index, "evaluate",
+                       lambda: task.client_evaluate(cell, client, round_index, state))
     return Message(content=RecordDict({"metrics": metric_record(metrics, partition_id)}), reply_to=msg)
 
 

@@ -14,12 +14,19 @@ this hand-written class.  It is selected per cell with ``engine: inprocess`` (co
 the two give byte-identical cells (tests/test_fedmcp_runner.py).
 
 Client exceptions become error replies (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``), as in the
-simulation engine, so the strategy's failure handling is exercised identically.
+simulation engine, so the strategy's failure handling is exercised identically.  Each client runs
+in a worker thread that the server waits for at most until the deadline of ``send_and_receive``'s
+``timeout`` (the strategy passes the cell's ``round_timeout_s``): a client that hangs becomes an
+error reply naming it and the limit, the clients after it in that round are not started, and the
+round fails as it does on the other engines.  Python cannot kill a thread, so the stalled worker
+is a daemon thread, abandoned when the job's process exits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 import traceback
 import uuid
 from collections.abc import Iterable, Iterator
@@ -46,8 +53,12 @@ def server_identity(run_id: int = 0) -> Iterator[None]:
 class InProcessGrid(Grid):
     """``num_nodes`` virtual SuperNodes with node ids 1..n and ``partition-id`` 0..n-1."""
 
-    def __init__(self, client_app, num_nodes: int, node_configs: list[dict] | None = None) -> None:
+    def __init__(self, client_app, num_nodes: int, node_configs: list[dict] | None = None,
+                 client_names: list[str] | None = None) -> None:
         self._app = client_app
+        self._names = list(client_names or [])
+        self._deadline: float | None = None
+        self._limit: float | None = None
         self._run = Run.create_empty(0)
         configs = node_configs or [{} for _ in range(num_nodes)]
         self._contexts = {
@@ -76,24 +87,55 @@ class InProcessGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return list(self._contexts)
 
+    def _who(self, node_id: int) -> str:
+        pid = int(self._contexts[node_id].node_config["partition-id"])
+        name = self._names[pid] if pid < len(self._names) else None
+        return f"client {name} (partition {pid})" if name else f"partition {pid} (node {node_id})"
+
+    def _call(self, msg: Message) -> Message | None:
+        """The ClientApp's reply to ``msg``, an error reply if it raised, or ``None`` if it did not
+        finish before the deadline."""
+        context = self._contexts[msg.metadata.dst_node_id]
+        box: dict[str, Message] = {}
+
+        def work() -> None:
+            try:
+                box["reply"] = self._app(msg, context)
+            except Exception as exc:  # noqa: BLE001 - becomes an error reply, as in Flower
+                reason = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+                box["reply"] = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason), reply_to=msg)
+
+        worker = threading.Thread(target=work, name=f"client-node-{msg.metadata.dst_node_id}", daemon=True)
+        worker.start()
+        worker.join(None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0))
+        return box.get("reply")
+
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
         for msg in messages:
             msg_id = str(uuid.uuid4())
             # the id a SuperLink would assign (Flower's InMemoryGrid sets it the same way)
             msg.metadata.__dict__["_message_id"] = msg_id
-            context = self._contexts[msg.metadata.dst_node_id]
-            try:
-                reply = self._app(msg, context)
-            except Exception as exc:  # noqa: BLE001 - becomes an error reply, as in Flower
-                reason = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-                reply = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason), reply_to=msg)
-            self._replies[msg_id] = reply
             ids.append(msg_id)
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                continue  # the round's time is up: not started, no reply (as a lost node)
+            reply = self._call(msg)
+            if reply is None:
+                limit = self._limit if self._limit is not None else 0.0
+                reply = Message(Error(ErrorCode.MESSAGE_UNAVAILABLE, (
+                    f"{self._who(msg.metadata.dst_node_id)} did not reply within the round's time "
+                    f"limit of {limit:g} s (config key <paper>.round_timeout_s); the clients after "
+                    "it in this round were not started")), reply_to=msg)
+            self._replies[msg_id] = reply
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return self.pull_messages(self.push_messages(messages))
+        self._limit = None if timeout is None else float(timeout)
+        self._deadline = None if timeout is None else time.monotonic() + float(timeout)
+        try:
+            return self.pull_messages(self.push_messages(messages))
+        finally:
+            self._deadline = None

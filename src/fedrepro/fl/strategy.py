@@ -69,6 +69,7 @@ class SortedCheckpointFedAvg(FedAvg):
         self._down_bytes = 0
         self._down_record_bytes = 0
         self._n_sampled = 0
+        self._round_nodes: dict[int, int] = {}  # node id -> partition id of the round's train messages
         self._round_t0 = time.perf_counter()
         self._node_of: dict[int, int] | None = None  # partition id -> node id
         self._progress: RoundProgress | None = None  # set by start()
@@ -80,8 +81,9 @@ class SortedCheckpointFedAvg(FedAvg):
             deadline = time.monotonic() + self.timeout
             while len(list(grid.get_node_ids())) < self.min_available_nodes:  # as Flower's sample_nodes
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {len(list(grid.get_node_ids()))} of {self.min_available_nodes} "
-                                       f"nodes connected within {self.timeout:.0f} s")
+                    self.fail(self.round_offset + 1, f"only {len(list(grid.get_node_ids()))} of "
+                              f"{self.min_available_nodes} nodes connected within {self.timeout:g} s "
+                              "(config key <paper>.round_timeout_s)")
                 time.sleep(0.2)
             queries = [
                 Message(content=RecordDict({"config": ConfigRecord({"ask": "partition-id"})}),
@@ -91,11 +93,30 @@ class SortedCheckpointFedAvg(FedAvg):
             replies = list(grid.send_and_receive(queries, timeout=self.timeout))
             errors = [m.error.reason for m in replies if m.has_error()]
             if errors or len(replies) < len(queries):
-                raise RuntimeError(f"partition query failed: {'; '.join(errors) or 'missing replies'}")
+                self.fail(self.round_offset + 1, "partition query failed: " + ("; ".join(errors) or (
+                    f"{len(replies)} of {len(queries)} nodes answered within the round's time limit "
+                    f"of {self.timeout:g} s (config key <paper>.round_timeout_s)")))
             self._node_of = {
                 int(m.content["metrics"]["partition-id"]): m.metadata.src_node_id for m in replies
             }
         return self._node_of
+
+    def fail(self, absolute_round: int, reason: str) -> None:
+        """Record why the run stops (``checkpoints/failure.json``, read back by the runner on every
+        engine) and raise."""
+        (self.out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.out_dir / "checkpoints" / "failure.json", {"round": absolute_round, "reason": reason})
+        raise RuntimeError(f"round {absolute_round} failed: {reason}")
+
+    def missing_replies(self, sent: dict[int, int], replies: list[Message], total: int | None = None) -> str:
+        """Why a round has fewer replies than messages (``total``, default ``len(sent)``): which
+        partitions did not answer within the round's time limit (Flower's ``send_and_receive``
+        returns what arrived by then)."""
+        answered = {m.metadata.src_node_id for m in replies} if sent else set()
+        missing = sorted(pid for node, pid in sent.items() if node not in answered)
+        who = f"; no reply from partition(s) {missing}" if missing else ""
+        return (f"{len(replies)} of {len(sent) if total is None else total} clients replied{who} within "
+                f"the round's time limit of {self.timeout:g} s (config key <paper>.round_timeout_s)")
 
     def sample_partitions(self, absolute_round: int, partition_ids: list[int]) -> list[int]:
         """The round's participants: all, or ``fraction_train`` of them drawn with a generator
@@ -125,6 +146,7 @@ class SortedCheckpointFedAvg(FedAvg):
                 self._pending[id(msg)] = (absolute, pid)
             messages.append(msg)
         self._n_sampled = len(messages)
+        self._round_nodes = {msg.metadata.dst_node_id: pid for msg, pid in zip(messages, chosen)}
         self._round_t0 = time.perf_counter()
         self._down_bytes = payload_bytes(arrays) * len(messages)
         self._down_record_bytes = arrays.count_bytes() * len(messages)
@@ -217,10 +239,7 @@ class SortedCheckpointFedAvg(FedAvg):
         absolute = server_round + self.round_offset
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or not replies or len(replies) < self._n_sampled:
-            reason = "; ".join(errors) or f"{len(replies)} of {self._n_sampled} clients replied"
-            (self.out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.out_dir / "checkpoints" / "failure.json", {"round": absolute, "reason": reason})
-            raise RuntimeError(f"round {absolute} failed: {reason}")
+            self.fail(absolute, "; ".join(errors) or self.missing_replies(self._round_nodes, replies, self._n_sampled))
         replies.sort(key=lambda m: int(m.content["metrics"]["partition-id"]))
         arrays, metrics = self.aggregate_arrays(absolute, replies)
         clients, measured = [], []

@@ -346,7 +346,8 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     if done:
         state_path, meta_path = checkpoint_paths(cell["out_dir"], done)
         model.load_adapter_state("local", load_state(state_path))
-        optimizer.load_state_dict(torch.load(Path(cell["out_dir"]) / "checkpoints" / f"optimizer_round_{done:03d}.pt"))
+        saved = Path(cell["out_dir"]) / "checkpoints" / f"optimizer_round_{done:03d}.pt"
+        optimizer.load_state_dict(torch.load(saved, weights_only=True))
         log.info("resuming %s from round %d", cell["out_dir"], done)
     else:
         model.load_adapter_state("local", initial_state(cell))

@@ -482,7 +482,9 @@ class FedSumServer(FedSumRunnerStrategy):
         replies = list(grid.send_and_receive(messages, timeout=self.timeout))
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or len(replies) < len(messages):
-            reason = "; ".join(errors) or f"{len(replies)} of {len(messages)} clients replied"
+            reason = "; ".join(errors) or self.missing_replies(
+                {node_of[pid]: pid for pid in sorted(node_of)}, replies
+            )
             write_json_atomic(
                 self.out_dir / "checkpoints" / "failure.json", {"round": 0, "reason": reason}
             )

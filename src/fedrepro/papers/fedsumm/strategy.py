@@ -364,9 +364,8 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         replies = list(self._grid.send_and_receive(messages, timeout=self.timeout))
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or len(replies) < len(messages):
-            reason = (
-                "; ".join(errors)
-                or f"{len(replies)} of {len(messages)} clients answered the evaluation"
+            reason = "; ".join(errors) or "evaluation: " + self.missing_replies(
+                {node_of[pid]: pid for pid in sorted(node_of)}, replies
             )
             write_json_atomic(
                 self.out_dir / "checkpoints" / "failure.json",
