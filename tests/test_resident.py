@@ -117,6 +117,7 @@ def test_fedmcp_inprocess_loads_the_encoder_once(fedmcp_world, tmp_path):  # noq
     assert _loads("encoder", str(root / "backbone")) == 1  # 2 methods x 3 clients x 2-3 rounds
 
 
+@pytest.mark.slow
 def test_ray_simulation_loads_the_backbone_once_per_actor_process(ada_world, tmp_path, monkeypatch):
     _, folders, backbone = ada_world
     record = tmp_path / "loads.tsv"
