@@ -387,14 +387,15 @@ def curve_summary(runs: dict[str, dict]) -> dict:
         (r["spec"]["clients"], r["peak_rss"], r["spec"]["clients_per_round"])
         for name, r in runs.items() if name.startswith("curve-") and "peak_rss" in r
     )
+    points = [{"clients": a, "peak_rss_bytes": b, "clients_per_round": c} for a, b, c in pts]
     if len(pts) < 2:
-        return {"points": pts, "slope_bytes_per_client": None}
+        return {"points": points, "slope_bytes_per_client": None}
     n = np.array([p[0] for p in pts], dtype=float)
     y = np.array([p[1] for p in pts], dtype=float)
     slope, intercept = np.polyfit(n, y, 1)
     return {
         "layout": "disk float32 (paper: fedsumm.server_state.storage disk), full bart-base-chinese size",
-        "points": [{"clients": a, "peak_rss_bytes": b, "clients_per_round": c} for a, b, c in pts],
+        "points": points,
         "slope_bytes_per_client": float(slope),
         "intercept_bytes": float(intercept),
         "max_minus_min_bytes": float(y.max() - y.min()),
