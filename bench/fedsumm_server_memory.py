@@ -1,6 +1,8 @@
 """Benchmark: RAM, state size and time of FedSUMM's server at bart-base-chinese size (issue 12).
 
     python bench/fedsumm_server_memory.py --out bench/results/fedsumm_server_memory.json
+    python bench/fedsumm_server_memory.py --out bench/results/fedsumm_server_memory.json \
+        --curve 2,5,10,20,50,100,200 --rounds 2      # issue 16: the curve over N, merged in
 
 The server (``FedSummServer``, paper config: ``delta`` gradients, own memory entry, cumulative ρ
 over all parameters, ``round_mean`` reference) is built for the trainable parameters of
@@ -356,6 +358,56 @@ def measure(args) -> dict[str, dict]:
     return runs
 
 
+CURVE_NS = (2, 5, 10, 20, 50, 100, 200)
+
+
+def measure_curve(args, on_point=None) -> dict[str, dict]:
+    """Peak RSS vs the number of clients N at full size (disk float32, the paper's layout), each
+    N in its own process; min(N, ``clients_per_round``) clients per round."""
+    work_root = Path(args.work_dir or tempfile.gettempdir())
+    runs: dict[str, dict] = {}
+    for n in args.curve:
+        spec = {"threads": args.threads, "rounds": args.rounds, "dtype": "float32",
+                "bart": BART_BASE_CHINESE, "layout": "disk", "clients": n,
+                "clients_per_round": min(n, args.clients_per_round)}
+        print(f"[curve N={n}] free disk {shutil.disk_usage(work_root).free / GB:.1f} GB",
+              file=sys.stderr, flush=True)
+        runs[f"curve-disk-float32-N{n}"] = r = run_config(spec, work_root, args.rss_limit_gb * GB)
+        print(f"[curve N={n}] peak RSS {r.get('peak_rss', 0) / GB:.2f} GB", file=sys.stderr, flush=True)
+        if on_point is not None:
+            on_point(runs)
+    return runs
+
+
+def curve_summary(runs: dict[str, dict]) -> dict:
+    """The curve (N, peak RSS) and its least-squares slope in bytes per client."""
+    import numpy as np
+
+    pts = sorted(
+        (r["spec"]["clients"], r["peak_rss"], r["spec"]["clients_per_round"])
+        for name, r in runs.items() if name.startswith("curve-") and "peak_rss" in r
+    )
+    points = [{"clients": a, "peak_rss_bytes": b, "clients_per_round": c} for a, b, c in pts]
+    if len(pts) < 2:
+        return {"points": points, "slope_bytes_per_client": None}
+    n = np.array([p[0] for p in pts], dtype=float)
+    y = np.array([p[1] for p in pts], dtype=float)
+    slope, intercept = np.polyfit(n, y, 1)
+    return {
+        "layout": "disk float32 (paper: fedsumm.server_state.storage disk), full bart-base-chinese size",
+        "points": points,
+        "slope_bytes_per_client": float(slope),
+        "intercept_bytes": float(intercept),
+        "max_minus_min_bytes": float(y.max() - y.min()),
+        "note": (
+            "the server's RAM is O(one model): per-client state (MG, S_c) lives on disk, one file "
+            "per vector; the runner's messages are bounded by fedsumm.server_state.wave_size "
+            "(WaveGrid, the rehearsal fix: at most wave_size train messages/replies in RAM, replies "
+            "spooled to disk), so neither grows with N; the slope is measured, not assumed"
+        ),
+    }
+
+
 def summarize(runs: dict[str, dict], p_full: int, clients_per_round: int) -> dict:
     """Fits, extrapolations to full size and the N = 50 / 200 summary from the runs."""
     fits, extrapolated = {}, {}
@@ -421,6 +473,13 @@ def main() -> None:
         default=None,
         help="no measuring: recompute the summary from the runs of an earlier result",
     )
+    ap.add_argument(
+        "--curve",
+        default=None,
+        type=lambda v: [int(x) for x in v.split(",")],
+        help=f"measure only the peak-RSS curve over these N (e.g. {','.join(map(str, CURVE_NS))}) "
+        "and merge it into the --out JSON's earlier runs",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -431,6 +490,23 @@ def main() -> None:
     import numpy as np
 
     p_full = sum(math.prod(s) for s in trainable_shapes(BART_BASE_CHINESE).values())
+    if args.curve:
+        earlier = json.loads(Path(args.out).read_text(encoding="utf-8"))
+
+        def merge(runs: dict) -> None:  # after every point: a cut-off run keeps what it measured
+            earlier["runs"].update(runs)
+            earlier["curve"] = curve_summary(earlier["runs"])
+            earlier["curve_settings"] = {
+                "rounds": args.rounds, "clients_per_round": args.clients_per_round,
+                "threads": args.threads, "clients": sorted(p["clients"] for p in earlier["curve"]["points"]),
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_commit": _git_sha("HEAD"),
+                "loadavg": os.getloadavg(),
+            }
+            write_json_atomic(args.out, earlier)
+
+        measure_curve(args, merge)
+        print(json.dumps(earlier.get("curve"), indent=2))
+        return
     if args.from_json:
         earlier = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
         runs, settings = earlier["runs"], earlier["settings"]

@@ -53,8 +53,8 @@ rule train_cell:
 
 if ada.rows_enabled(config):
 
-    ruleorder: adafedseleckd_row > train_cell
-    ruleorder: adafedseleckd_row > evaluate_cell
+    ruleorder: adafedseleckd_row > adafedseleckd_cell > train_cell
+    ruleorder: adafedseleckd_row > adafedseleckd_cell > evaluate_cell
 
     rule adafedseleckd_row:
         input:
@@ -73,6 +73,32 @@ if ada.rows_enabled(config):
             "logs/adafedseleckd_row/{partition}/{backbone}/seed~{seed}.log",
         benchmark:
             "benchmarks/adafedseleckd_row/{partition}/{backbone}/seed~{seed}.tsv"
+        conda:
+            "../envs/train.yaml"
+        script:
+            "../workflow_scripts/adafedseleckd_row.py"
+
+    # every other cell (Table V methods, variants, single/centralized, the experiments' cells):
+    # trained and evaluated by one job instead of two (one Python/torch/Flower start-up less)
+    rule adafedseleckd_cell:
+        input:
+            backbone="results/backbones/{backbone}",
+            data=lambda w: ada.clients_dir(w.partition, w.seed),
+            init=lambda w: ada.init_inputs(config, w.partition, w.backbone, w.method, w.seed),
+        output:
+            ada.cell_outputs(),
+        params:
+            cells=lambda w: [ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed)],
+        threads: ADA["threads_per_cell"]
+        resources:
+            gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
+            mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
+            runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"]
+            + wf.job_resources(config, wildcards.backbone, "evaluate")["runtime"],
+        log:
+            "logs/adafedseleckd_cell/{partition}/{backbone}/{method}/{scope}/seed~{seed}.log",
+        benchmark:
+            "benchmarks/adafedseleckd_cell/{partition}/{backbone}/{method}/{scope}/seed~{seed}.tsv"
         conda:
             "../envs/train.yaml"
         script:

@@ -262,6 +262,30 @@ def test_adafedseleckd_row_jobs_write_the_bytes_of_cell_jobs(tmp_path):
     assert compare(trees["cell"], trees["row"]) == []
 
 
+@pytest.mark.slow
+def test_adafedseleckd_cell_jobs_write_the_bytes_of_train_and_evaluate_jobs(tmp_path):
+    """``cells_per_job: row`` trains and evaluates a cell outside the rows (here AdaFedProx, a
+    Table V method) in one job (rule ``adafedseleckd_cell``); its files are the bytes a train job
+    + an evaluation job give."""
+    from compare_results import compare
+
+    from fedrepro.papers.adafedseleckd.grid import CELL_FILES
+
+    targets = [f"results/adafedseleckd/domains/bart-large/AdaFedProx/all/seed~7/{f}" for f in CELL_FILES]
+    trees = {}
+    for mode in ("cell", "row"):
+        d = tmp_path / mode
+        d.mkdir()
+        text = TINY_CONFIG.format(samples=ROOT / "resources" / "samples" / "qmsum")
+        _, res = build_targets(d, text + f"  cells_per_job: {mode}\n", targets, timeout=900)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out[-4000:]
+        assert bool(re.search(r"rule adafedseleckd_cell:", out)) == (mode == "row")
+        assert bool(re.search(r"rule (train|evaluate)_cell:", out)) == (mode == "cell")
+        trees[mode] = d / "results" / "adafedseleckd"
+    assert compare(trees["cell"], trees["row"]) == []
+
+
 def test_paper_config_sets_every_key_the_demo_config_sets():
     """Snakemake merges ``--configfile config/paper.yaml`` *over* the Snakefile's demo config, so a
     key the demo sets and the paper config leaves out keeps its demo value in a paper run (this

@@ -10,8 +10,9 @@ are Flower's own; only the transport and the scheduling differ.
 
 Flower has no non-Ray simulation backend (``flwr.simulation`` only ships the Ray backend), hence
 this hand-written class.  It is selected per cell with ``engine: inprocess`` (config key
-``<paper>.engine``); ``simulation`` (Ray) stays the default for users and the paper config, and
-the two give byte-identical cells (tests/test_fedmcp_runner.py).
+``<paper>.engine``; both configs, chosen by ``bench/round_overhead.py``, docs/decisions.md);
+``simulation`` (Ray) is the runner's default for a cell that names none, and the two give
+byte-identical cells (tests/test_fedmcp_runner.py).
 
 Client exceptions become error replies (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``), as in the
 simulation engine, so the strategy's failure handling is exercised identically.  Each client runs

@@ -20,11 +20,13 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
@@ -47,7 +49,9 @@ def is_measurement(key: str) -> bool:
 def payload_bytes(arrays: ArrayRecord) -> int:
     """Bytes of tensor data in an ArrayRecord (the tensors themselves, without serialisation framing;
     ``ArrayRecord.count_bytes()`` — recorded beside it — includes Flower's framing)."""
-    return int(sum(a.numpy().nbytes for a in arrays.values()))
+    # from each array's shape and dtype: no deserialisation (a.numpy() copied every tensor, 100 MB
+    # per client and round for BART-large's adapters; bench/round_overhead.py)
+    return int(sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in arrays.values()))
 
 
 class SortedCheckpointFedAvg(FedAvg):

@@ -395,8 +395,9 @@ def rows_enabled(config: dict) -> bool:
     """``adafedseleckd.cells_per_job``: ``cell`` -- a training job and an evaluation job per cell
     (paper scale: each is a GPU job of its own); ``row`` -- one job per (split, backbone, seed)
     trains and evaluates AdaFedAvg, AdaFedKD and AdaFedSelectKD one after the other in one process
-    (demo scale: starting Python, torch, transformers and Flower costs more than a tiny cell).
-    Every cell keeps its own folder and files, byte-identical either way (tested)."""
+    (demo scale: starting Python, torch, transformers and Flower costs more than a tiny cell),
+    and every other cell is trained and evaluated by one job (``adafedseleckd_cell``) instead of
+    two.  Every cell keeps its own folder and files, byte-identical either way (tested)."""
     mode = ada_cfg(config).get("cells_per_job", "cell")
     if mode not in ("cell", "row"):
         raise InputError(f"adafedseleckd.cells_per_job must be 'cell' or 'row', got {mode!r}")
@@ -406,6 +407,13 @@ def rows_enabled(config: dict) -> bool:
 def row_outputs() -> list[str]:
     return [f"{RESULTS}/adafedseleckd/{{partition}}/{{backbone}}/{m}/all/seed~{{seed}}/{f}"
             for m in ROW_METHODS for f in CELL_FILES]
+
+
+def cell_outputs() -> list[str]:
+    """The files of one cell trained and evaluated by one job (rule ``adafedseleckd_cell``, row
+    mode: the cells outside the rows)."""
+    return [f"{RESULTS}/adafedseleckd/{{partition}}/{{backbone}}/{{method}}/{{scope}}/seed~{{seed}}/{f}"
+            for f in CELL_FILES]
 
 
 def row_cells(config: dict, partition: str, backbone: str, seed) -> list[dict]:

@@ -36,14 +36,25 @@ log = logging.getLogger(__name__)
 @functools.lru_cache(maxsize=4)
 def _cached_model(backbone_dir: str, top_k: int, bottleneck: int, roles: tuple[str, ...], seed: int,
                   device: str = "cpu", backbone_dropout: bool = False):
-    from fedrepro.papers.adafedseleckd.model import build_summarizer
+    """:func:`~fedrepro.papers.adafedseleckd.model.build_summarizer` over the process's resident
+    backbone: the folder is read once per process (:func:`fedrepro.models.resident.resident`) and
+    every summarizer (AdaFedAvg's one role, the KD methods' two, another top-k) wraps its own module
+    tree over the same frozen tensors (:func:`~fedrepro.models.resident.share_frozen`)."""
+    from fedrepro.models.backbones import load_backbone
+    from fedrepro.models.resident import resident, share_frozen
+    from fedrepro.papers.adafedseleckd.model import AdapterSummarizer, initial_adapter_state
 
-    tokenizer, model = build_summarizer(backbone_dir, top_k, bottleneck, roles, seed, backbone_dropout)
+    tokenizer, backbone = resident("seq2seq", backbone_dir, lambda: load_backbone(backbone_dir))
+    model = AdapterSummarizer(share_frozen(backbone), top_k, bottleneck, roles, backbone_dropout)
+    init = initial_adapter_state(backbone.config.d_model, bottleneck, top_k, seed)
+    for role in roles:  # as build_summarizer: every role starts from the same initial adapters
+        model.load_adapter_state(role, init)
     return tokenizer, model.to(device)
 
 
 def get_model(cell: dict):
-    """(tokenizer, AdapterSummarizer) for a cell; cached per process (Ray actors reuse it)."""
+    """(tokenizer, AdapterSummarizer) for a cell; cached per process (Ray actors reuse it), the
+    backbone resident once per process whatever the method."""
     spec = get_method(cell["method"])
     return _cached_model(
         str(cell["backbone_dir"]),

@@ -61,11 +61,14 @@ def num_labels(client: str) -> int:
         raise InputError(f"FedMCP client {client!r} is not a GLUE task; known: {sorted(LABEL_NAMES)}") from None
 
 
-@functools.lru_cache(maxsize=2)
 def _encoder(backbone_dir: str, seed: int):
+    """The backbone encoder, resident once per process (:mod:`fedrepro.models.resident`); every
+    client model is a deep copy of it (:func:`build_client_model`), so Full FT's training never
+    reaches the resident one."""
     from fedrepro.models.backbones import load_encoder
+    from fedrepro.models.resident import resident
 
-    return load_encoder(backbone_dir, seed).eval()
+    return resident("encoder", backbone_dir, lambda: load_encoder(backbone_dir, seed).eval(), seed)
 
 
 @functools.lru_cache(maxsize=2)

@@ -247,11 +247,13 @@ def client_split_path(cell: Mapping, client: str) -> Path:
         raise InputError(f"FedSum cell has no data folder for client {client!r}") from None
 
 
-@functools.lru_cache(maxsize=1)
 def _tokenizer_and_model(backbone_dir: str, seed: int):
+    """(tokenizer, BERTSUM), resident once per process (:mod:`fedrepro.models.resident`); every
+    model that trains is a deep copy (:func:`fresh_model`)."""
+    from fedrepro.models.resident import resident
     from fedrepro.papers.fedsum.model import load_bertsum
 
-    return load_bertsum(backbone_dir, seed)
+    return resident("bertsum", backbone_dir, lambda: load_bertsum(backbone_dir, seed), seed)
 
 
 def fresh_model(cell: Mapping):

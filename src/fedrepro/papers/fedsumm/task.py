@@ -117,13 +117,16 @@ def _check_cell(cell: Mapping) -> None:
 
 
 # -- models ---------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=2)
 def _backbone(backbone_dir: str):
+    """(tokenizer, Chinese BART), resident once per process (:mod:`fedrepro.models.resident`);
+    :func:`build_model` deep-copies it for every model that trains."""
+    from fedrepro.models.resident import resident
     from fedrepro.papers.fedsumm.bart import load_chinese_bart
 
     # eager attention: eq. 7's inner product needs a double backward, which PyTorch's CPU
     # scaled-dot-product (flash) kernel does not implement; every regime uses the same kernel
-    return load_chinese_bart(backbone_dir, attn_implementation="eager")
+    return resident("chinese-bart", backbone_dir,
+                    lambda: load_chinese_bart(backbone_dir, attn_implementation="eager"))
 
 
 def prepare_backbone(settings: dict, record_files: list[str], out_dir: str, seed: int = 0) -> Path:
