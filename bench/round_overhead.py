@@ -88,7 +88,7 @@ def make_cell(backbone: str, folders: dict, engine: str, out_dir: Path, args) ->
         "generation": {"num_beams": 1, "max_new_tokens": 8, "batch_size": 1},
         "threads": args.threads, "gpus_per_client": 0.0, "clients_per_round": None,
         "keep_round_checkpoints": False, "round_timeout_s": 3600, "engine": engine,
-        "device": "cpu", "out_dir": str(out_dir),
+        "device": args.device, "out_dir": str(out_dir),
     }
 
 
@@ -109,7 +109,8 @@ def run_engine(cell: dict, work: Path) -> dict:
     cell_file.write_text(json.dumps(cell), encoding="utf-8")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, __file__, "--child", str(cell_file)],
-                            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                [str(ROOT / "src")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))))
     root = psutil.Process(proc.pid)
     peak, peak_procs = 0, 0
     while proc.poll() is None:
@@ -170,6 +171,7 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=6, help="paper: 6 for bart-large")
     ap.add_argument("--bottleneck", type=int, default=2048, help="paper: 2048 for bart-large")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (the cell's device)")
     ap.add_argument("--work-dir", default=None, help="keeps the shape backbone between runs")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
