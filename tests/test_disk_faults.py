@@ -230,6 +230,10 @@ ALLOWED = {
     "src/fedrepro/fl/deploy/__init__.py": "the deployment's own TLS files, config and process "
                                           "logs in its throw-away run folder",
     "src/fedrepro/data/download.py": "downloads into a mkstemp .part file renamed when complete",
+    "src/fedrepro/models/resident.py": "the FEDREPRO_LOAD_LOG diagnostic: one line appended per "
+                                       "backbone load (a log, not an output)",
+    "src/fedrepro/reporting/browser.py": "the page the headless browser opens, in the caller's "
+                                         "scratch folder (not an output)",
 }
 
 
