@@ -45,7 +45,7 @@ _fault = json.loads(os.environ.get("FEDREPRO_TEST_FAULT") or "null")
 _replace, _seen = os.replace, [0]
 
 def _hooked(src, dst, *args, **kwargs):
-    if _fault and _fault["match"] in str(dst):
+    if _fault and _fault["match"] in os.path.abspath(str(dst)):
         _seen[0] += 1
         if _seen[0] == _fault["nth"]:
             os.truncate(src, os.path.getsize(src) // 2)  # a torn write, then death before rename
