@@ -127,8 +127,10 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def fault_plan(kind: str, seed: int, rounds: int, reference_s: float, writes_per_round: int = 1) -> dict:
-    """The seeded parameters of a fault of ``kind`` (see :func:`kill_and_rerun`)."""
+def fault_plan(kind: str, seed: int, rounds: int, reference_s: float, writes_per_round: int = 0) -> dict:
+    """The seeded parameters of a fault of ``kind`` (see :func:`kill_and_rerun`);
+    ``writes_per_round``: files a round writes under ``<cell>/clients/`` (0: none, the ``write``
+    fault then always hits a server checkpoint)."""
     rng = random.Random(f"{kind}/{seed}")
     if kind == "start":
         return {}
@@ -138,7 +140,7 @@ def fault_plan(kind: str, seed: int, rounds: int, reference_s: float, writes_per
     if kind == "random":
         return {"at": rng.uniform(0.05, 0.95) * reference_s}
     if kind == "write":  # inside the nth checkpoint write (server round file or a client's state)
-        if seed % 2 == 0:
+        if seed % 2 == 0 or not writes_per_round:
             return {"match": "/checkpoints/server_round_", "nth": rng.randint(1, 2 * rounds)}
         return {"match": "/clients/", "nth": rng.randint(1, rounds * writes_per_round)}
     raise ValueError(kind)
@@ -204,7 +206,7 @@ def cell_job(cell: dict, out_dir: str = "out") -> tuple[str, list]:
 
 
 def check_kill_and_rerun(root: Path, job: tuple[str, list], out_dirs: list[str], rounds: int,
-                         kind: str, seed: int, reference_s: float, writes_per_round: int = 1) -> dict:
+                         kind: str, seed: int, reference_s: float, writes_per_round: int = 0) -> dict:
     """Kill ``job`` (a fault of ``kind`` drawn with ``seed``) in a fresh folder under ``root``,
     rerun it, and check that every file of each of ``out_dirs`` (the job's cell folders) equals
     the reference run's (``root/reference``), that nothing else is left there, and that the
