@@ -323,3 +323,26 @@ def test_a_row_job_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, k
     root, job, seconds = killable["row"]
     faults.check_kill_and_rerun(root, job, [f"cells/{m}" for m in ROW], 2, kind, seed, seconds,
                                 writes_per_round=3)
+
+
+# -- same seed, same bits, on both engines (issue 17) ----------------------------------------------
+def test_inprocess_engine_gives_the_same_bits_as_flower_simulation(world):
+    """AdaFedSelectKD, 2 rounds, on the in-process engine and on Flower's Ray simulation engine:
+    the same adapters, round log and KD trace, and so the same predictions and scores (FedMCP,
+    FedSum and FedSUMM have the same check in their runner tests)."""
+    from fedrepro.papers.adafedseleckd.evaluate import evaluate_cell
+
+    root, folders, backbone = world
+    outs = {}
+    for engine in ("inprocess", "simulation"):
+        cell = dict(helpers.make_cell(root, "AdaFedSelectKD", backbone, folders, rounds=2,
+                                      out_name=f"engine-{engine}"), engine=engine)
+        run_cell(cell, *_outputs(cell))
+        out = Path(cell["out_dir"])
+        evaluate_cell(cell, str(out / "adapters.safetensors"), str(out / "predictions.jsonl"),
+                      str(out / "scores.json"))
+        outs[engine] = out
+    for name in ("adapters.safetensors", "train_log.json", "kd_trace.json", "predictions.jsonl",
+                 "scores.json"):
+        assert (outs["inprocess"] / name).read_bytes() == (outs["simulation"] / name).read_bytes(), name
+    assert json.loads((outs["simulation"] / "provenance.json").read_text())["engine"] == "simulation"

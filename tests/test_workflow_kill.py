@@ -1,0 +1,77 @@
+"""Kill ``snakemake`` mid-run, rerun it, and every file under ``results/`` equals a clean run's
+(issue 17, the workflow level of tests/faults.py).
+
+The run is SIGKILLed with its whole process group (Snakemake and the job it is running, here a
+row job training its cells) at a seeded moment after the first round checkpoint of any cell
+appeared; the rerun first ``--unlock``s (a SIGKILLed Snakemake cannot release its lock), then runs
+with the repository's default profile (``rerun-incomplete: true``): the killed job's outputs are
+deleted and the job rerun, its finished cells restored from their receipts (fedrepro.fl.rows), its
+unfinished one resumed from its checkpoints.  Minutes per case: marked ``exhaustive``
+(``make test-slow``)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from compare_results import compare
+from helpers import ROOT, SNAKEMAKE, run_snakemake, write_config
+from test_workflow import TINY_CONFIG
+
+pytestmark = pytest.mark.exhaustive
+
+ADA_ROW = ("adafedseleckd/domains/bart-large/{m}/all/seed~7/{f}")
+
+
+def _ada_targets() -> list[str]:
+    from fedrepro.papers.adafedseleckd.grid import CELL_FILES, ROW_METHODS
+
+    return [f"results/{ADA_ROW.format(m=m, f=f)}" for m in ROW_METHODS for f in CELL_FILES]
+
+
+def _build(d: Path, targets: list[str]) -> subprocess.CompletedProcess:
+    return run_snakemake("--cores", "2", "--configfile", str(d / "tiny.yaml"), "--directory", str(d),
+                         *targets, timeout=1200)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clean")
+    write_config(d, TINY_CONFIG.format(samples=ROOT / "resources" / "samples" / "qmsum")
+                 + "  cells_per_job: row\n", "tiny.yaml")
+    res = _build(d, _ada_targets())
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    return d
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_snakemake_killed_mid_run_reruns_to_a_clean_runs_results(clean, tmp_path, seed):
+    d = tmp_path / "killed"
+    d.mkdir()
+    (d / "tiny.yaml").write_text((clean / "tiny.yaml").read_text())
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "2", "--configfile", str(d / "tiny.yaml"), "--directory", str(d),
+         *_ada_targets()], cwd=ROOT, start_new_session=True,
+        stdout=open(tmp_path / "killed.log", "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 900
+    while not list((d / "results").glob("adafedseleckd/**/checkpoints/server_round_001.json")):
+        assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-4000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(random.Random(seed).uniform(0.0, 20.0))  # somewhere in the row job's 3 cells
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "snakemake finished before it was killed"
+    unlock = run_snakemake("--unlock", "--configfile", str(d / "tiny.yaml"), "--directory", str(d))
+    assert unlock.returncode == 0, unlock.stderr[-2000:]
+    res = _build(d, _ada_targets())
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    assert compare(clean / "results", d / "results") == []
+    # the rerun redid only the killed job (data, backbone and partitions were finished)
+    assert "rule adafedseleckd_row:" in out and "rule backbone:" not in out
