@@ -223,4 +223,9 @@ def check_kill_and_rerun(root: Path, job: tuple[str, list], out_dirs: list[str],
             state = res["at_kill"][out_dir]
             expected = [] if state["trained"] else list(range(state["rounds"] + 1, rounds + 1))
             assert res["rerun"][out_dir] == expected, (out_dir, res)
+    report = os.environ.get("FEDREPRO_FAULT_REPORT")  # one JSON line per case, for a summary
+    if report:
+        with open(report, "a") as fh:
+            fh.write(json.dumps({"root": str(root), "kind": kind, "seed": seed, **res,
+                                 "identical": True}) + "\n")
     return res

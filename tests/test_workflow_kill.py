@@ -79,5 +79,11 @@ def test_snakemake_killed_mid_run_reruns_to_a_clean_runs_results(clean, tmp_path
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     assert compare(clean / "results", d / "results") == []
-    # the rerun redid only the killed job (data, backbone and partitions were finished)
+    # the rerun redid only the killed job (data, backbone and partitions were finished), in which
+    # the cells finished before the kill were restored and the one under way resumed
     assert "rule adafedseleckd_row:" in out and "rule backbone:" not in out
+    job_log = "".join(p.read_text() for p in (d / "logs").rglob("*.log"))
+    cell_dir = "results/" + ADA_ROW.rsplit("/", 1)[0]
+    for m in ROW_METHODS[:ROW_METHODS.index(method)]:
+        assert f"{cell_dir.format(m=m)} finished before the job was stopped; restored" in job_log
+    assert f"resuming {cell_dir.format(m=method)} from round" in job_log
