@@ -109,14 +109,21 @@ def trained_rounds(workdir: Path, tag: str, out_dir: str = "") -> list[int]:
     return out
 
 
+def read_json_file(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
 def state_at_kill(workdir: Path, out_dir: str) -> dict:
-    """What a cell had on disk when its job died: ``rounds`` complete (as the runner reads them)
-    and ``trained`` (a row job's receipt of its training stage, :mod:`fedrepro.fl.rows`)."""
+    """What a cell had on disk when its job died: ``rounds`` complete (as the runner reads them),
+    ``trained`` (a row job's receipt of its training stage, :mod:`fedrepro.fl.rows`) and
+    ``outputs`` (its final adapters written: killed after the run, before the process ended --
+    Snakemake deletes them and the run is redone)."""
     from fedrepro.fl.checkpoint import latest_round
     from fedrepro.fl.rows import receipt_dir
 
     trained = (receipt_dir({"out_dir": str(workdir / out_dir)}) / "stage_0.json").exists()
-    return {"rounds": latest_round(workdir / out_dir), "trained": trained}
+    return {"rounds": latest_round(workdir / out_dir), "trained": trained,
+            "outputs": (workdir / out_dir / "adapters.safetensors").exists()}
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -127,16 +134,18 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def fault_plan(kind: str, seed: int, rounds: int, reference_s: float, writes_per_round: int = 0) -> dict:
+def fault_plan(kind: str, seed: int, rounds: int, reference_s: float, writes_per_round: int = 0,
+               round_s: float | None = None) -> dict:
     """The seeded parameters of a fault of ``kind`` (see :func:`kill_and_rerun`);
     ``writes_per_round``: files a round writes under ``<cell>/clients/`` (0: none, the ``write``
-    fault then always hits a server checkpoint)."""
+    fault then always hits a server checkpoint); ``round_s``: a round's time in the reference run
+    (``after_round`` kills within the next round)."""
     rng = random.Random(f"{kind}/{seed}")
     if kind == "start":
         return {}
     if kind == "after_round":  # a seeded moment inside one of the rounds after the first
         return {"nth": rng.randint(1, rounds - 1),
-                "delay": rng.uniform(0.0, 0.8) * reference_s / (rounds + 2)}
+                "delay": rng.uniform(0.0, 0.9) * (round_s or reference_s / (rounds + 2))}
     if kind == "random":
         return {"at": rng.uniform(0.05, 0.95) * reference_s}
     if kind == "write":  # inside the nth checkpoint write (server round file or a client's state)
@@ -212,7 +221,9 @@ def check_kill_and_rerun(root: Path, job: tuple[str, list], out_dirs: list[str],
     the reference run's (``root/reference``), that nothing else is left there, and that the
     rerun trained no finished round: a cell whose training had finished (its row receipt) is not
     trained again, any other resumes after its last complete round."""
-    plan = fault_plan(kind, seed, rounds, reference_s, writes_per_round)
+    timing = read_json_file(root / "reference" / out_dirs[0] / "provenance.json")["timing"]["rounds"]
+    round_s = sum(t["seconds"] for t in timing) / max(len(timing), 1)
+    plan = fault_plan(kind, seed, rounds, reference_s, writes_per_round, round_s)
     work = root / f"{kind}-{seed}"
     res = kill_and_rerun(work, *job, out_dirs, kind, **plan)
     res["plan"] = plan

@@ -577,7 +577,7 @@ def test_a_killed_row_job_restores_its_finished_runs_instead_of_retraining_them(
     dirs = [f"cells/{m}/seed~1" for m in ROW]
     work = root / "second-run"
     res = faults.kill_and_rerun(work, *job, dirs, "write", match="/cells/FedAvg/seed~1/checkpoints/server_round_")
-    assert res["at_kill"][dirs[0]] == {"rounds": 0, "trained": True}
+    assert res["at_kill"][dirs[0]]["trained"]
     assert res["rerun"] == dict(zip(dirs, [[], [1, 2], [1, 2]]))
     for d in dirs:
         faults.assert_same_tree(root / "reference" / d, work / d)
@@ -588,15 +588,14 @@ def test_a_killed_row_job_restores_its_finished_runs_instead_of_retraining_them(
 @pytest.mark.parametrize("kind,seed", [("start", 0), ("after_round", 1), ("random", 2),
                                        ("random", 3), ("write", 4), ("write", 5)])
 def test_a_cell_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
-    root, job, seconds = killable["cell"]
-    faults.check_kill_and_rerun(root, job, [OUT], KILL_ROUNDS, kind, seed, seconds,
-                                writes_per_round=3)
+    root, job, seconds = killable["cell"]  # a FedSum cell writes no client files: server writes
+    faults.check_kill_and_rerun(root, job, [OUT], KILL_ROUNDS, kind, seed, seconds)
 
 
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("kind,seed", [("random", 0), ("random", 1), ("random", 2), ("random", 3),
                                        ("write", 4), ("write", 5)])
 def test_a_row_job_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
-    root, job, seconds = killable["row"]
+    root, job, seconds = killable["row"]  # Separate writes each client's model every round
     faults.check_kill_and_rerun(root, job, [f"cells/{m}/seed~1" for m in ROW], 2, kind, seed, seconds,
-                                writes_per_round=3)
+                                writes_per_round=4)

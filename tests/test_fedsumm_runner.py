@@ -608,7 +608,7 @@ def test_a_row_job_killed_while_evaluating_is_not_retrained(killable):
     dirs = [f"cells/{r}" for r in ROW]
     work = root / "evaluating"
     res = faults.kill_and_rerun(work, *job, dirs, "write", match="/cells/single/predictions.jsonl")
-    assert res["at_kill"]["cells/single"] == {"rounds": 0, "trained": True}
+    assert res["at_kill"]["cells/single"]["trained"]
     assert res["rerun"] == dict(zip(dirs, [[], [1, 2], [1, 2], [1, 2]]))
     for d in dirs:
         faults.assert_same_tree(root / "reference" / d, work / d)
