@@ -11,7 +11,9 @@ Faults (:func:`kill_and_rerun`):
 * ``start``: SIGKILL once the cell has written ``checkpoints/cell_config.json`` and before its
   first round checkpoint (a round of these tiny cells takes ~0.1-2 s; the poll is every 5 ms);
 * ``after_round``: SIGKILL ``delay`` seconds after round ``nth``'s checkpoint appeared (mid-round);
-* ``random``: SIGKILL at a seeded uniform time in the reference run's wall time (startup included);
+* ``random``: SIGKILL at a seeded uniform time after the job's first cell started (its checkpoint
+  stamp), within 1.1 x the cells' training time in the reference run (the start-up of Python,
+  torch and Flower, longer than these tiny cells' training, is left out);
 * ``write``: the child kills itself *inside* an atomic write: at the ``nth`` ``os.replace`` onto a
   path containing ``match`` it truncates the temporary file to half (a torn write) and sends
   itself SIGKILL before the rename -- a real checkpoint write at a time a poll from outside
@@ -146,8 +148,8 @@ def fault_plan(kind: str, seed: int, rounds: int, reference_s: float, writes_per
     if kind == "after_round":  # a seeded moment inside one of the rounds after the first
         return {"nth": rng.randint(1, rounds - 1),
                 "delay": rng.uniform(0.0, 0.9) * (round_s or reference_s / (rounds + 2))}
-    if kind == "random":
-        return {"at": rng.uniform(0.05, 0.95) * reference_s}
+    if kind == "random":  # reference_s: here the cells' training time in the reference run
+        return {"at": rng.uniform(0.0, 1.0) * reference_s}
     if kind == "write":  # inside the nth checkpoint write (server round file or a client's state)
         if seed % 2 == 0 or not writes_per_round:
             return {"match": "/checkpoints/server_round_", "nth": rng.randint(1, 2 * rounds)}
@@ -180,6 +182,9 @@ def kill_and_rerun(workdir: Path, call: str, args: list, out_dirs: list[str], ki
         time.sleep(delay)
         _kill(proc)
     elif kind == "random":
+        while not (ckpt / "cell_config.json").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the cell never started"
+            time.sleep(0.005)
         try:
             proc.wait(timeout=at)
         except subprocess.TimeoutExpired:
@@ -221,8 +226,11 @@ def check_kill_and_rerun(root: Path, job: tuple[str, list], out_dirs: list[str],
     the reference run's (``root/reference``), that nothing else is left there, and that the
     rerun trained no finished round: a cell whose training had finished (its row receipt) is not
     trained again, any other resumes after its last complete round."""
-    timing = read_json_file(root / "reference" / out_dirs[0] / "provenance.json")["timing"]["rounds"]
+    provenance = [read_json_file(root / "reference" / d / "provenance.json") for d in out_dirs]
+    timing = provenance[0]["timing"]["rounds"]
     round_s = sum(t["seconds"] for t in timing) / max(len(timing), 1)
+    if kind == "random":  # a moment in the cells' training (the process's start-up excluded)
+        reference_s = 1.1 * sum(p["wall_time_s"] for p in provenance)
     plan = fault_plan(kind, seed, rounds, reference_s, writes_per_round, round_s)
     work = root / f"{kind}-{seed}"
     res = kill_and_rerun(work, *job, out_dirs, kind, **plan)
