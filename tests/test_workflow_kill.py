@@ -6,7 +6,8 @@ row job training its cells) at a seeded moment after the first round checkpoint 
 appeared; the rerun first ``--unlock``s (a SIGKILLed Snakemake cannot release its lock), then runs
 with the repository's default profile (``rerun-incomplete: true``): the killed job's outputs are
 deleted and the job rerun, its finished cells restored from their receipts (fedrepro.fl.rows), its
-unfinished one resumed from its checkpoints.  Minutes per case: marked ``exhaustive``
+unfinished one resumed from its checkpoints.  About a minute per case here (a clean run of the
+target, then the killed one and its rerun): one case in ``make test``, two more ``exhaustive``
 (``make test-slow``)."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from compare_results import compare
 from helpers import ROOT, SNAKEMAKE, run_snakemake, write_config
 from test_workflow import TINY_CONFIG
 
-pytestmark = pytest.mark.exhaustive
+pytestmark = pytest.mark.slow
 
 ADA_ROW = ("adafedseleckd/domains/bart-large/{m}/all/seed~7/{f}")
 
@@ -50,7 +51,9 @@ def clean(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("seed", [0, 1, 5])  # cells AdaFedKD, AdaFedAvg, AdaFedSelectKD
+# the seed picks the cell under way at the kill: AdaFedKD (make test), AdaFedAvg, AdaFedSelectKD
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.exhaustive),
+                                  pytest.param(5, marks=pytest.mark.exhaustive)])
 def test_snakemake_killed_mid_run_reruns_to_a_clean_runs_results(clean, tmp_path, seed):
     d = tmp_path / "killed"
     d.mkdir()
