@@ -2,8 +2,8 @@
 (issue 17, the workflow level of tests/faults.py).
 
 The run is SIGKILLed with its whole process group (Snakemake and the job it is running, here a
-row job training its cells) at a seeded moment after the first round checkpoint of any cell
-appeared; the rerun first ``--unlock``s (a SIGKILLed Snakemake cannot release its lock), then runs
+row job training and evaluating its three cells) within half a second after round 1 of a seeded
+cell finished; the rerun first ``--unlock``s (a SIGKILLed Snakemake cannot release its lock), then runs
 with the repository's default profile (``rerun-incomplete: true``): the killed job's outputs are
 deleted and the job rerun, its finished cells restored from their receipts (fedrepro.fl.rows), its
 unfinished one resumed from its checkpoints.  About a minute per case here (a clean run of the
