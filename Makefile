@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test test-slow lint dry-run-paper rehearse clean
+.PHONY: demo report scorecard progress test test-slow lint dry-run-paper rehearse clean
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -17,6 +17,22 @@ $(STAMP): requirements.txt pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/snakemake --cores all
+
+# the reproduction scorecard alone (results/scorecard/, results/figures/scorecard_<paper>.png)
+scorecard: $(STAMP)
+	$(BIN)/snakemake --cores all scorecard
+
+# which cells of a (possibly running) run are done, per paper and target; CONFIG=config/paper.yaml
+progress: $(STAMP)
+	$(BIN)/python -m fedrepro.progress $(if $(CONFIG),--configfile $(CONFIG))
+
+# The page to open first: every table and figure the last run wrote (only those on disk), with
+# captions, the scorecard and provenance, as one self-contained results/report.html. It never
+# trains: only the report's own rules may run (fedrepro.reporting.make_report).
+# Another config: make report CONFIG=config/paper.yaml
+CONFIG ?=
+report: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m fedrepro.reporting.make_report $(if $(CONFIG),--configfile $(CONFIG))
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests

@@ -48,8 +48,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from fedrepro.io import write_json_atomic  # noqa: E402
-from fedrepro.papers.fedsumm import algorithm as current  # noqa: E402
+from fedrepro.io import write_json_atomic
+from fedrepro.papers.fedsumm import algorithm as current
 
 LEGACY_REF = "a5ed780"  # the last commit before issue 12's server-state change
 BART_BASE_CHINESE = {  # fnlp/bart-base-chinese (hub v2 dimensions; v1 has 21,128 / 512)

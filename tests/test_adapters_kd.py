@@ -174,3 +174,25 @@ def test_fused_kd_gradient_equals_autograd_of_the_plain_formula():
     assert torch.equal(mask, use)
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
     assert torch.allclose(fused_grad, s2.grad, atol=1e-6)
+
+
+def test_selective_kd_chunk_size_changes_no_bit(monkeypatch):
+    """The chunked eq. 8 kernel gives the same bits whatever the rows per chunk (the accelerator
+    uses far larger chunks than the CPU): loss, gradient and KD mask."""
+    import fedrepro.papers.adafedseleckd.kd as kd
+
+    g = torch.Generator().manual_seed(3)
+    s = torch.randn(3, 7, 50, generator=g)
+    t = torch.randn(3, 7, 50, generator=g) * 3
+    y = torch.randint(0, 50, (3, 7), generator=g)
+    y[1, 4:] = -100
+    results = []
+    for elements in (50, 50 * 4, 1 << 26):  # 1 row, 4 rows, everything in one chunk
+        monkeypatch.setattr(kd, "_CHUNK_ELEMENTS", elements)
+        student = s.clone().requires_grad_(True)
+        loss, mask = selective_kd_loss(student, t, y, lam=0.2, tau=3.5)
+        loss.backward()
+        results.append((loss.detach().numpy().tobytes(), student.grad.numpy().tobytes(),
+                        mask.numpy().tobytes()))
+    assert mask.any() and not mask.all()
+    assert results[0] == results[1] == results[2]

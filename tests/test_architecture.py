@@ -43,6 +43,10 @@ def test_every_paper_is_a_room():
         pkg = ROOT / "src" / "fedrepro" / "papers" / name
         assert (pkg / "task.py").is_file() and (pkg / "grid.py").is_file() and (pkg / "report.py").is_file()
         assert (ROOT / "rules" / f"{name}.smk").is_file()
+        assert (pkg / "scorecard.py").is_file()  # its tables and claims for the scorecard
+    from fedrepro.catalog import PAPERS as CATALOG
+
+    assert set(CATALOG) == set(PAPER_NAMES)
 
 
 @pytest.mark.parametrize("paper", PAPER_NAMES)

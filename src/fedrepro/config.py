@@ -41,6 +41,14 @@ def _semantic_checks(config: dict) -> list[str]:
         bb = (config.get("backbones") or {}).get(name) or {}
         if bb.get("kind") == "tiny" and "tiny" not in bb:
             out.append(f"config key backbones.{name}.tiny: required when kind is 'tiny'")
+    train = a.get("train") if isinstance(a.get("train"), dict) else {}
+    if train.get("prefix_cache", "off") not in ("off", False) and train.get("backbone_dropout", False):
+        out.append(
+            f"config keys adafedseleckd.train.prefix_cache ({train['prefix_cache']}) and "
+            "adafedseleckd.train.backbone_dropout (true) exclude each other: with the backbone's "
+            "dropout on the frozen prefix is random at every step and cannot be reused; set "
+            "backbone_dropout: false or prefix_cache: off"
+        )
     fedsum_parts = (config.get("partitions") or {}).get("fedsum")
     if isinstance(fedsum_parts, dict) and "oracle_sentences" in fedsum_parts:
         out.append(

@@ -31,6 +31,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedrepro.fl.checkpoint import checkpoint_paths, save_state, timing_path
 from fedrepro.io import InputError, write_json_atomic
+from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class SortedCheckpointFedAvg(FedAvg):
         self._n_sampled = 0
         self._round_t0 = time.perf_counter()
         self._node_of: dict[int, int] | None = None  # partition id -> node id
+        self._progress: RoundProgress | None = None  # set by start()
 
     # -- which node is which client --------------------------------------------------------
     def partitions(self, grid) -> dict[int, int]:
@@ -130,6 +132,10 @@ class SortedCheckpointFedAvg(FedAvg):
 
     # -- waves: at most ``wave_size`` clients' messages in memory at a time --------------------
     def start(self, *, grid, **kwargs):
+        # one progress line per round (rounds round_offset+1 ... round_offset+num_rounds)
+        self._progress = RoundProgress(self.round_offset + int(kwargs.get("num_rounds", 3)),
+                                       self.expected_clients, start_round=self.round_offset,
+                                       logger=log)
         if not self.wave_size:
             return super().start(grid=grid, **kwargs)
         self._clear_spool()  # replies a killed run left behind
@@ -265,6 +271,8 @@ class SortedCheckpointFedAvg(FedAvg):
              "server_peak_rss_mb": peak_rss_mb(), "clients": measured},
         )
         write_json_atomic(meta_path, entry)
+        if self._progress is not None:
+            self._progress.log(absolute, len(replies))
         return arrays, metrics
 
 

@@ -74,7 +74,14 @@ def selective_kd_loss(
 
 
 # Rows of logits processed together: keeps the vocabulary-sized temporaries of one chunk in cache.
+# Rows per chunk = these many elements // vocabulary.  On CPU a chunk's temporaries stay in cache
+# (1 MB fp32).  On an accelerator the loop's cost is kernel launches, not memory: with BART's 50k
+# vocabulary the CPU size gives 5 rows per chunk, ~800 chunks and ~10k launches for a 16 × 256
+# batch, which made an AdaFedSelectKD step 2.8× an AdaFedAvg step on an H100 (bench/kd_step.py);
+# 2^26 elements (256 MB per fp32 temporary) gives a handful of chunks.  Rows are independent, so
+# the chunk size does not change any bit of the result.
 _CHUNK_ELEMENTS = 1 << 18
+_CHUNK_ELEMENTS_ACCELERATOR = 1 << 26
 
 
 class _SelectiveKD(torch.autograd.Function):
@@ -103,7 +110,8 @@ class _SelectiveKD(torch.autograd.Function):
         grad = torch.empty_like(s2, dtype=torch.float32)
         per_token = torch.zeros(y.shape[0], dtype=torch.float32, device=s2.device)
         kd_mask = torch.zeros(y.shape[0], dtype=torch.bool, device=s2.device)
-        rows = max(1, _CHUNK_ELEMENTS // vocab)
+        on_cpu = s2.device.type == "cpu"
+        rows = max(1, (_CHUNK_ELEMENTS if on_cpu else _CHUNK_ELEMENTS_ACCELERATOR) // vocab)
         for a in range(0, y.shape[0], rows):
             b = min(a + rows, y.shape[0])
             v = valid[a:b]
@@ -121,7 +129,7 @@ class _SelectiveKD(torch.autograd.Function):
             log_q_l = torch.log_softmax(s2[a:b].float(), dim=-1)
             per_token[a:b] = (-torch.linalg.vecdot(target, log_q_l) - w * entropy) * v.float()
             g = log_q_l.exp_()
-            if not bool(v.all()):
+            if not on_cpu or not bool(v.all()):  # no host sync per chunk on an accelerator
                 g.mul_(v.float().unsqueeze(-1))
             g.sub_(target)
             grad[a:b] = g

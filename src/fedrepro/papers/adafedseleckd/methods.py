@@ -35,10 +35,10 @@ from collections.abc import Sequence
 
 import torch
 
-from fedrepro.fl.algorithms import fedprox_proximal_term
-from fedrepro.papers.adafedseleckd.kd import cross_entropy_loss, selective_kd_loss
 from fedrepro.data.seq2seq import derive_seed, iterate_batches
+from fedrepro.fl.algorithms import fedprox_proximal_term
 from fedrepro.io import InputError
+from fedrepro.papers.adafedseleckd.kd import cross_entropy_loss, selective_kd_loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +129,7 @@ def local_update(
     start_token_id: int,
     proximal_to: dict[str, torch.Tensor] | None = None,
     trace: dict | None = None,
+    prefix_cache=None,
 ) -> dict:
     """Algorithm 1, procedure ADAFEDSELECTKD (lines 11–27): E local epochs over the client's data.
 
@@ -137,6 +138,10 @@ def local_update(
     ``trace``: when given, ``trace[example id]`` collects each label token's KD decision (one
     list per time the example is trained), the record behind §V-C's word statistics (Fig. 11).
     Examples may carry ``kd_allowed`` (AdaFedHardKD: one bool per label token).
+    ``prefix_cache`` (a :class:`~fedrepro.papers.adafedseleckd.prefix_cache.PrefixCache`, only
+    for a backbone without dropout): each batch's frozen prefix is assembled from its examples'
+    canonical prefixes, stored for the later epochs and rounds unless its mode is ``off``;
+    ``None``: computed per padded batch.
 
     Batches are drawn in a permutation seeded by (seed, client, round, epoch), so a rerun — or a
     run resumed at a round boundary — sees the same batches.
@@ -144,19 +149,21 @@ def local_update(
     Returns training statistics: mean loss, the number of target tokens and how many of them used
     the KD term (the quantity behind §V-C's "86% / 88% / 89%" figures).
     """
-    from fedrepro.devices import StepTimer, model_device, to_device
+    from fedrepro.devices import StepTimer, model_device
 
     model.train()
     device = model_device(model)
     timer = StepTimer(device)
     tau = hp.tau if spec.selective else math.inf
     total_loss, n_batches, n_tokens, n_kd = 0.0, 0, 0, 0
+    if prefix_cache is not None:
+        prefix_cache.begin(model, client, examples)
     for epoch in range(hp.local_epochs):
         shuffle = derive_seed(seed, client, round_index, epoch)
         for batch in iterate_batches(examples, hp.batch_size, pad_token_id, start_token_id, shuffle):
             with timer.step():
                 loss, labels, kd, mask = _step(
-                    model, spec, batch, device, hp, tau, optimizer, proximal_to
+                    model, spec, batch, device, hp, tau, optimizer, proximal_to, prefix_cache
                 )
             if trace is not None:
                 _record_trace(trace, batch, labels, mask)
@@ -183,19 +190,21 @@ def _record_trace(trace: dict, batch: dict, labels: torch.Tensor, mask: torch.Te
 
 
 def _step(model, spec: MethodSpec, batch: dict, device, hp: TrainHParams, tau: float, optimizer,
-          proximal_to: dict | None = None):
+          proximal_to: dict | None = None, prefix_cache=None):
     """One optimizer step of eq. 6/8 (KD methods) or CE (+ FedProx's term):
     (loss, labels, KD tokens, KD mask or None)."""
     from fedrepro.devices import to_device
 
-    batch = to_device(batch, device)
+    host_batch, batch = batch, to_device(batch, device)
     n_kd = 0
+    shared = {} if prefix_cache is None else {"prefix": prefix_cache.batch_prefix(model, host_batch, batch)}
     student, teacher = model.path_logits(
         batch["input_ids"],
         batch["attention_mask"],
         batch["decoder_input_ids"],
         student="local",
         teacher="global" if spec.distill else None,
+        **shared,
     )
     labels = batch["labels"]
     kd_mask = None

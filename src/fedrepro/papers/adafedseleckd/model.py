@@ -215,6 +215,37 @@ class AdapterSummarizer(nn.Module):
             kwargs["global_attention_mask"] = gam
         return kwargs
 
+    def _capture(
+        self,
+        layer_index: int,
+        decoder_input_ids: torch.Tensor,
+        encoder_states: torch.Tensor,
+        attention_mask: torch.Tensor,
+    ) -> tuple[tuple, dict]:
+        """Run the decoder up to its ``layer_index``-th layer and return that layer's arguments."""
+        decoder = self.backbone.get_decoder()
+        captured: dict = {}
+
+        def hook(_module, args, kwargs):
+            captured["args"], captured["kwargs"] = args, kwargs
+            raise _PrefixCaptured
+
+        handle = decoder.layers[layer_index].register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            decoder(
+                input_ids=decoder_input_ids,
+                encoder_hidden_states=encoder_states,
+                encoder_attention_mask=attention_mask,
+                use_cache=False,
+            )
+        except _PrefixCaptured:
+            pass
+        finally:
+            handle.remove()
+        if "args" not in captured:
+            raise RuntimeError("decoder did not reach the first adapted layer")
+        return captured["args"], captured["kwargs"]
+
     @torch.no_grad()
     def frozen_prefix(
         self,
@@ -230,30 +261,10 @@ class AdapterSummarizer(nn.Module):
             memo.clear()
         encoder = self.backbone.get_encoder()
         enc = encoder(**self._encoder_kwargs(input_ids, attention_mask)).last_hidden_state
-        decoder = self.backbone.get_decoder()
-        captured: dict = {}
-
-        def hook(_module, args, kwargs):
-            captured["args"], captured["kwargs"] = args, kwargs
-            raise _PrefixCaptured
-
-        handle = decoder.layers[self.first_adapted].register_forward_pre_hook(hook, with_kwargs=True)
-        try:
-            decoder(
-                input_ids=decoder_input_ids,
-                encoder_hidden_states=enc,
-                encoder_attention_mask=attention_mask,
-                use_cache=False,
-            )
-        except _PrefixCaptured:
-            pass
-        finally:
-            handle.remove()
-        if "args" not in captured:
-            raise RuntimeError("decoder did not reach the first adapted layer")
-        args, kwargs = captured["args"], captured["kwargs"]
+        args, kwargs = self._capture(self.first_adapted, decoder_input_ids, enc, attention_mask)
         if self.layout.threaded_outputs:
             # by name, so that adapted_logits can hand each layer's outputs to the next one
+            decoder = self.backbone.get_decoder()
             layer = decoder.layers[self.first_adapted].layer
             bound = inspect.signature(layer.forward).bind(*args, **kwargs)
             named = dict(bound.arguments)
@@ -262,6 +273,59 @@ class AdapterSummarizer(nn.Module):
                     named.update(named.pop(name, {}))
             args, kwargs = (named.pop("hidden_states"),), named
         return args, kwargs
+
+    # -- the canonical per-example prefix (issue 16: the frozen-prefix cache) ---------------
+    @property
+    def supports_example_prefix(self) -> bool:
+        """Whether :meth:`assemble_prefix` can rebuild a batch's prefix from per-example parts:
+        every decoder layer then receives the same mask arguments (BART, LED).  Not LongT5,
+        whose lower blocks hand position biases up (``threaded_outputs``)."""
+        return not self.layout.threaded_outputs
+
+    @torch.no_grad()
+    def example_prefix_parts(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One example's frozen prefix, computed on the example alone (a batch of one, unpadded):
+        its encoder output ``[S, d]`` and the input of the first adapted decoder layer ``[T, d]``
+        -- a function of the frozen backbone and the example only when the backbone runs without
+        dropout (:mod:`fedrepro.papers.adafedseleckd.prefix_cache`)."""
+        if input_ids.shape[0] != 1:
+            raise ValueError("example_prefix_parts takes one unpadded example")
+        encoder = self.backbone.get_encoder()
+        enc = encoder(**self._encoder_kwargs(input_ids, attention_mask)).last_hidden_state
+        args, _ = self._capture(self.first_adapted, decoder_input_ids, enc, attention_mask)
+        return enc[0], args[0][0]
+
+    @torch.no_grad()
+    def assemble_prefix(
+        self,
+        parts: list[tuple[torch.Tensor, torch.Tensor]],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+    ) -> tuple[tuple, dict]:
+        """A padded batch's prefix (the first adapted layer's arguments) from its examples'
+        :meth:`example_prefix_parts`: their tensors are zero-padded to the batch's lengths (the
+        padding is masked in cross-attention, and lies after every real decoder position, so
+        causal self-attention never reads it); the layer's mask arguments are those the decoder
+        builds for this batch (captured at its first layer, where only the embeddings run)."""
+        if not self.supports_example_prefix:
+            raise ValueError(f"{type(self.backbone).__name__}: no per-example prefix (LongT5)")
+        for memo in self._kv_memos:
+            memo.clear()
+        ref = parts[0][0]
+        batch, s_max, t_max = len(parts), input_ids.shape[1], decoder_input_ids.shape[1]
+        enc = ref.new_zeros((batch, s_max, ref.shape[-1]))
+        hidden = ref.new_zeros((batch, t_max, ref.shape[-1]))
+        for i, (e, h) in enumerate(parts):
+            enc[i, : e.shape[0]] = e
+            hidden[i, : h.shape[0]] = h
+        args, kwargs = self._capture(0, decoder_input_ids, enc, attention_mask)
+        return (hidden,) + tuple(args[1:]), kwargs
 
     def adapted_logits(self, prefix: tuple[tuple, dict], role: str) -> torch.Tensor:
         """Top-k decoder layers with ``role``'s adapters, then the (frozen) LM head."""
@@ -301,9 +365,13 @@ class AdapterSummarizer(nn.Module):
         decoder_input_ids: torch.Tensor,
         student: str = "local",
         teacher: str | None = None,
+        prefix: tuple[tuple, dict] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Student logits (with grad) and, if asked, teacher logits (no grad) for one batch."""
-        prefix = self.frozen_prefix(input_ids, attention_mask, decoder_input_ids)
+        """Student logits (with grad) and, if asked, teacher logits (no grad) for one batch; both
+        paths share one frozen prefix (``prefix``: one already computed, e.g. by the prefix cache's
+        :meth:`~fedrepro.papers.adafedseleckd.prefix_cache.PrefixCache.batch_prefix`)."""
+        if prefix is None:
+            prefix = self.frozen_prefix(input_ids, attention_mask, decoder_input_ids)
         teacher_logits = None
         if teacher is not None:
             top = self.backbone.get_decoder().layers[self.first_adapted :]

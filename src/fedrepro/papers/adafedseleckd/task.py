@@ -28,6 +28,7 @@ from fedrepro.fl.checkpoint import last_participation, latest_client_round, load
 from fedrepro.fl.checkpoint import checkpoint_paths, prepare_checkpoints
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
+from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,35 @@ def get_model(cell: dict):
         str(cell_device(cell)),
         bool(cell["train"].get("backbone_dropout", False)),
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _cached_prefix_store(model, mode: str, budget: int):
+    from fedrepro.papers.adafedseleckd.prefix_cache import PrefixCache
+
+    return PrefixCache(mode, budget)
+
+
+def prefix_store(cell: dict, model):
+    """The process's frozen-prefix cache for ``model`` (``adafedseleckd.train.prefix_cache``,
+    ``prefix_cache_budget_mb``), kept across the clients and rounds this process trains, or
+    ``None`` when the backbone's dropout runs (the prefix is then computed per padded batch, and
+    a cache is an InputError naming both keys).  With the backbone in eval mode every batch's
+    prefix is the canonical per-example one, stored or not (mode ``off``), so the cache never
+    changes a bit of the result (:mod:`fedrepro.papers.adafedseleckd.prefix_cache`)."""
+    from fedrepro.papers.adafedseleckd.prefix_cache import prefix_cache_settings
+
+    mode, budget = prefix_cache_settings(cell["train"])
+    if model.backbone_dropout:
+        return None
+    if not model.supports_example_prefix:
+        if mode != "off":
+            raise InputError(
+                f"adafedseleckd.train.prefix_cache: {mode} supports BART and LED backbones, not "
+                f"{type(model.backbone).__name__}; set prefix_cache: off"
+            )
+        return None
+    return _cached_prefix_store(model, mode, budget)
 
 
 def client_split_path(cell: dict, client: str, split: str) -> Path:
@@ -151,7 +181,7 @@ def client_train_round(
         proximal_to = {k: v.to(device) for k, v in server_state.items()}
     stats = local_update(
         model, spec, examples, hp, optimizer, int(cell["seed"]), client, round_index, pad_id,
-        start_id, proximal_to=proximal_to, trace=trace,
+        start_id, proximal_to=proximal_to, trace=trace, prefix_cache=prefix_store(cell, model),
     )
     state = OrderedDict(cpu_state(model.adapter_state("local")))
     write_trace(trace_path(cell, client, round_index), trace)
@@ -322,12 +352,13 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         model.load_adapter_state("local", initial_state(cell))
     name = "+".join(cell["clients"]) if len(cell["clients"]) > 1 else cell["clients"][0]
     pad_id, start_id = special_ids(model)
+    progress = RoundProgress(rounds, len(cell["clients"]), start_round=done, logger=log)
     for r in range(done + 1, rounds + 1):
         t0 = time.perf_counter()
         torch.manual_seed(0)  # no randomness is drawn in training; fixed for safety
         trace: dict = {}
         stats = local_update(model, spec, examples, hp, optimizer, int(cell["seed"]), name, r, pad_id,
-                             start_id, trace=trace)
+                             start_id, trace=trace, prefix_cache=prefix_store(cell, model))
         write_trace(trace_path(cell, name, r), trace)
         state_path, meta_path = checkpoint_paths(cell["out_dir"], r)
         save_state(state_path, model.adapter_state("local"))
@@ -338,7 +369,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
             {"round": r, "clients": [{"client": name, "num_examples": len(examples), **stats}],
              "bytes_down": 0, "bytes_up": 0, "seconds": time.perf_counter() - t0},
         )
-        log.info("round %d/%d: loss %.4f", r, rounds, stats["train_loss"])
+        progress.log(r, extra=f"loss {stats['train_loss']:.4f}")
     return final_states(cell)
 
 

@@ -48,6 +48,7 @@ from fedrepro.devices import cell_device, configure_torch, cpu_state, model_devi
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.fl.strategy import is_measurement
 from fedrepro.io import InputError, read_jsonl
+from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
 
     rounds = int(cell["train"]["rounds"])
     done = prepare_checkpoints(cell)
+    progress = RoundProgress(rounds, len(cell["clients"]), start_round=done, logger=log)
     for r in range(done + 1, rounds + 1):
         t0 = time.perf_counter()
         entries = []
@@ -304,7 +306,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         save_state(state_path, {})
         write_json_atomic(meta_path, {"round": r, "clients": entries, "bytes_down": 0, "bytes_up": 0,
                                       "seconds": time.perf_counter() - t0})
-        log.info("Local round %d/%d done", r, rounds)
+        progress.log(r)
     return final_states(cell)
 
 

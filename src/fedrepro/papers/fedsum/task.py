@@ -80,6 +80,7 @@ from fedrepro.papers.fedsum.baselines import (
 from fedrepro.devices import cell_device, configure_torch, cpu_state
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
+from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
 
@@ -765,6 +766,7 @@ def run_local(cell: Mapping) -> dict[str, OrderedDict[str, torch.Tensor]]:
     hp = baseline_hparams(cell)
     rounds = int(cell["train"]["rounds"])
     done = prepare_checkpoints(dict(cell))
+    progress = RoundProgress(rounds, len(cell["clients"]), start_round=done, logger=log)
     for r in range(done + 1, rounds + 1):
         t0 = time.perf_counter()
         entries, per_client, selected = [], {}, {}
@@ -808,7 +810,7 @@ def run_local(cell: Mapping) -> dict[str, OrderedDict[str, torch.Tensor]]:
                 "seconds": time.perf_counter() - t0,
             },
         )
-        log.info("Separate round %d/%d done", r, rounds)
+        progress.log(r)
     return final_states(cell)
 
 

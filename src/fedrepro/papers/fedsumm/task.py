@@ -84,6 +84,7 @@ from fedrepro.data.seq2seq import IGNORE_INDEX, derive_seed
 from fedrepro.devices import cell_device, configure_torch, cpu_state, model_device, to_device
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
+from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
 
@@ -575,6 +576,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     train = tuple(r for c in cell["clients"] for r in client_records(cell, c, "train"))
     name = cell["clients"][0] if cell["regime"] == "single" else f"{cell['corpus']}-all"
     config = FedSummConfig.from_config(cell["algorithm"])
+    progress = RoundProgress(rounds, len(cell["clients"]), start_round=done, logger=log)
     for r in range(done + 1, rounds + 1):
         t0 = time.perf_counter()
         torch.manual_seed(derive_seed(int(cell["seed"]), name, r, "fedsumm-torch"))
@@ -620,14 +622,8 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
                 "seconds": time.perf_counter() - t0,
             },
         )
-        log.info(
-            "%s round %d/%d: loss %.4f, perplexity %.3f",
-            cell["regime"],
-            r,
-            rounds,
-            res.loss,
-            evaluation["perplexity"] or math.nan,
-        )
+        progress.log(r, extra=f"{cell['regime']} loss {res.loss:.4f}, perplexity "
+                              f"{evaluation['perplexity'] or math.nan:.3f}")
     return final_states(cell)
 
 
