@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo report scorecard progress test lint dry-run-paper rehearse clean
+.PHONY: demo report scorecard progress test test-slow lint dry-run-paper rehearse clean
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -36,6 +36,11 @@ report: $(STAMP)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests
+
+# The `exhaustive` tests make test skips: kills at more seeded moments and fault kinds per paper
+# (cells and row jobs), and Snakemake killed mid-run (tests/faults.py; about 20-40 minutes here).
+test-slow: $(STAMP)
+	FEDREPRO_EXHAUSTIVE=1 HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m exhaustive tests
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint

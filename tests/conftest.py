@@ -19,13 +19,22 @@ def shared_data() -> Path:
 
 def pytest_collection_modifyitems(config, items):
     """``rehearsal``-marked tests (true-size cells, minutes each) run only with
-    ``FEDREPRO_REHEARSAL=1`` (``make rehearse``); elsewhere they are skipped with that reason."""
-    if os.environ.get("FEDREPRO_REHEARSAL") == "1":
-        return
-    skip = pytest.mark.skip(reason="true-size rehearsal cells: run by `make rehearse` (FEDREPRO_REHEARSAL=1)")
-    for item in items:
-        if "rehearsal" in item.keywords:
-            item.add_marker(skip)
+    ``FEDREPRO_REHEARSAL=1`` (``make rehearse``), ``exhaustive``-marked ones (more seeds and fault
+    kinds of checks ``make test`` runs once; Snakemake killed mid-run) only with
+    ``FEDREPRO_EXHAUSTIVE=1`` (``make test-slow``); elsewhere they are skipped with that reason."""
+    gated = {
+        "rehearsal": ("FEDREPRO_REHEARSAL",
+                      "true-size rehearsal cells: run by `make rehearse` (FEDREPRO_REHEARSAL=1)"),
+        "exhaustive": ("FEDREPRO_EXHAUSTIVE",
+                       "more seeds / fault kinds: run by `make test-slow` (FEDREPRO_EXHAUSTIVE=1)"),
+    }
+    for marker, (env, reason) in gated.items():
+        if os.environ.get(env) == "1":
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
+import faults
 import helpers
 from fedrepro.fl.cell import load_final_adapters, run_cell
 from fedrepro.fl.strategy import SortedCheckpointFedAvg
@@ -300,3 +301,95 @@ def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp
         counts = check_wire(wire, shared, examples={0: 12, 1: 12, 2: 12})
         assert counts["train"] == 3 and counts["arrays"] == 3 * len(shared), method
     assert len(federated) == 7
+
+
+# -- kill at a random moment, rerun, compare (issue 17; tests/faults.py) ------------------------------
+KILL_ROUNDS = 3
+ROW = ["AdaFedAvg", "AdaFedKD", "AdaFedSelectKD"]  # adafedseleckd.grid.ROW_METHODS
+
+
+@pytest.fixture(scope="module")
+def killable(world, tmp_path_factory):
+    """A 3-round AdaFedSelectKD cell job and a ``cells_per_job: row`` job (the three methods,
+    2 rounds each, trained and evaluated by ``evaluate.run_row``) on the in-process engine, and
+    the uninterrupted run of each (the references)."""
+    from fedrepro.papers.adafedseleckd.grid import ROW_METHODS
+
+    assert ROW == list(ROW_METHODS)
+    _, folders, backbone = world
+    root = tmp_path_factory.mktemp("ada-kill")
+    cell = dict(helpers.make_cell(root, "AdaFedSelectKD", backbone, folders, rounds=KILL_ROUNDS),
+                engine="inprocess")
+    cell_job = faults.cell_job(cell)
+    cells = [dict(helpers.make_cell(root, m, backbone, folders, rounds=2), engine="inprocess",
+                  out_dir=f"cells/{m}") for m in ROW]
+    row_job = ("fedrepro.papers.adafedseleckd.evaluate:run_row", [cells])
+    return {
+        "cell": (root / "cell", cell_job, faults.run(root / "cell" / "reference", *cell_job)),
+        "row": (root / "row", row_job, faults.run(root / "row" / "reference", *row_job)),
+    }
+
+
+def test_a_cell_killed_inside_a_client_state_write_reruns_to_the_same_bytes(killable):
+    """SIGKILL inside a seeded write of a client's local adapter (AdaFedSelectKD keeps one per
+    client): the rerun resumes after the last complete round; every output (adapters, round log,
+    KD trace, provenance) equals the uninterrupted run's, run in another process."""
+    root, job, seconds = killable["cell"]
+    res = faults.check_kill_and_rerun(root, job, ["out"], KILL_ROUNDS, "write", 1, seconds,
+                                      writes_per_round=3)
+    assert res["plan"]["match"] == "/clients/" and res["rerun"] is not None
+
+
+def test_a_killed_row_job_restores_its_finished_runs_instead_of_retraining_them(killable):
+    """SIGKILL inside the first checkpoint write of the row's last method: the rerun trains
+    neither AdaFedAvg nor AdaFedKD again (restored from their receipts, evaluation included)."""
+    root, job, seconds = killable["row"]
+    dirs = [f"cells/{m}" for m in ROW]
+    work = root / "third-run"
+    res = faults.kill_and_rerun(work, *job, dirs, "write",
+                                match="/cells/AdaFedSelectKD/checkpoints/server_round_")
+    assert [res["at_kill"][d]["trained"] for d in dirs] == [True, True, False]
+    assert res["rerun"] == dict(zip(dirs, [[], [], [1, 2]]))
+    for d in dirs:
+        faults.assert_same_tree(root / "reference" / d, work / d)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kind,seed", [("start", 0), ("after_round", 1), ("random", 2),
+                                       ("random", 3), ("write", 4), ("write", 5)])
+def test_a_cell_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
+    root, job, seconds = killable["cell"]
+    faults.check_kill_and_rerun(root, job, ["out"], KILL_ROUNDS, kind, seed, seconds,
+                                writes_per_round=3)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kind,seed", [("random", 0), ("random", 1), ("random", 2), ("random", 3),
+                                       ("write", 4), ("write", 5)])
+def test_a_row_job_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
+    root, job, seconds = killable["row"]
+    faults.check_kill_and_rerun(root, job, [f"cells/{m}" for m in ROW], 2, kind, seed, seconds,
+                                writes_per_round=3)
+
+
+# -- same seed, same bits, on both engines (issue 17) ----------------------------------------------
+def test_inprocess_engine_gives_the_same_bits_as_flower_simulation(world):
+    """AdaFedSelectKD, 2 rounds, on the in-process engine and on Flower's Ray simulation engine:
+    the same adapters, round log and KD trace, and so the same predictions and scores (FedMCP,
+    FedSum and FedSUMM have the same check in their runner tests)."""
+    from fedrepro.papers.adafedseleckd.evaluate import evaluate_cell
+
+    root, folders, backbone = world
+    outs = {}
+    for engine in ("inprocess", "simulation"):
+        cell = dict(helpers.make_cell(root, "AdaFedSelectKD", backbone, folders, rounds=2,
+                                      out_name=f"engine-{engine}"), engine=engine)
+        run_cell(cell, *_outputs(cell))
+        out = Path(cell["out_dir"])
+        evaluate_cell(cell, str(out / "adapters.safetensors"), str(out / "predictions.jsonl"),
+                      str(out / "scores.json"))
+        outs[engine] = out
+    for name in ("adapters.safetensors", "train_log.json", "kd_trace.json", "predictions.jsonl",
+                 "scores.json"):
+        assert (outs["inprocess"] / name).read_bytes() == (outs["simulation"] / name).read_bytes(), name
+    assert json.loads((outs["simulation"] / "provenance.json").read_text())["engine"] == "simulation"

@@ -8,6 +8,7 @@ import random
 import shutil
 from pathlib import Path
 
+import faults
 import pytest
 
 from fedrepro.papers.fedmcp.task import evaluate_cell
@@ -404,3 +405,32 @@ def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp
         assert counts["train"] == len(TASKS) and counts["arrays"] == len(TASKS) * len(shared), method
         inspected.append(method)
     assert len(inspected) == sum(s.federated for s in METHODS.values()) >= 12
+
+
+# -- kill at a random moment, rerun, compare (issue 17; tests/faults.py) ------------------------------
+KILL_ROUNDS = 3
+
+
+@pytest.fixture(scope="module")
+def killable(world, tmp_path_factory):
+    """A 3-round FedMCP cell as a child-process job, and its uninterrupted run (the reference)."""
+    root = tmp_path_factory.mktemp("fedmcp-kill")
+    job = faults.cell_job(_cell(world, root, "FedMCP", rounds=KILL_ROUNDS))
+    return root, job, faults.run(root / "reference", *job)
+
+
+def test_a_cell_killed_inside_a_checkpoint_write_reruns_to_the_bytes_of_an_uninterrupted_run(killable):
+    """SIGKILL inside the write of round 2's server checkpoint (a torn temporary file): the rerun
+    trains rounds 2-3 only, and every output equals the uninterrupted run's (another process)."""
+    root, job, seconds = killable
+    res = faults.check_kill_and_rerun(root, job, ["out"], KILL_ROUNDS, "write", 0, seconds)
+    assert res["at_kill"]["out"]["rounds"] < KILL_ROUNDS and res["rerun"] is not None
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kind,seed", [("start", 0), ("after_round", 1), ("after_round", 2),
+                                       ("random", 3), ("random", 4), ("write", 5), ("write", 6)])
+def test_a_cell_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
+    root, job, seconds = killable
+    faults.check_kill_and_rerun(root, job, ["out"], KILL_ROUNDS, kind, seed, seconds,
+                                writes_per_round=len(TASKS))

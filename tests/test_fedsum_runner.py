@@ -10,6 +10,7 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
+import faults
 import pytest
 import torch
 
@@ -583,3 +584,66 @@ def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp
         counts = check_wire(wire, shared, examples=dict(enumerate(SIZES)), declared=declared)
         assert counts["train"] >= 3, method  # clients_per_round of the cell
     assert len(methods) == 9
+
+
+# -- kill at a random moment, rerun, compare (issue 17; tests/faults.py) ------------------------------
+KILL_ROUNDS = 3
+OUT = "FedSum/seed~1"
+ROW = ["Separate", "FedAvg", "FedSum"]  # a local-only method, a baseline and FedSum
+
+
+@pytest.fixture(scope="module")
+def killable(world, tmp_path_factory):
+    """A 3-round FedSum cell job (training + its scores), a row job of ``ROW`` (2 rounds each,
+    ``run_fedsum_row``), and the uninterrupted run of each (the references)."""
+    root = tmp_path_factory.mktemp("fedsum-kill")
+    test_file = str(world / "data" / "test.jsonl")
+    cell = dict(_cell(world, root, "FedSum", rounds=KILL_ROUNDS), out_dir=OUT)  # scores.json: run = parts[-2]
+    cell_job = ("fedrepro.papers.fedsum.task:run_fedsum_cell",
+                [cell, *(f"{OUT}/{f}" for f in ("adapters.safetensors", "train_log.json",
+                                              "provenance.json", "scores.json", "predictions.jsonl")),
+                 test_file])
+    cells = [dict(_cell(world, root, m, rounds=2), out_dir=f"cells/{m}/seed~1") for m in ROW]
+    row_job = ("fedrepro.papers.fedsum.task:run_fedsum_row", [cells, test_file])
+    return {
+        "cell": (root / "cell", cell_job, faults.run(root / "cell" / "reference", *cell_job)),
+        "row": (root / "row", row_job, faults.run(root / "row" / "reference", *row_job)),
+    }
+
+
+def test_a_cell_killed_inside_a_checkpoint_write_reruns_to_the_bytes_of_an_uninterrupted_run(killable):
+    root, job, seconds = killable["cell"]
+    res = faults.check_kill_and_rerun(root, job, [OUT], KILL_ROUNDS, "write", 0, seconds)
+    assert res["rerun"] is not None
+
+
+def test_a_killed_row_job_restores_its_finished_runs_instead_of_retraining_them(killable):
+    """Issue 17's bug: SIGKILL inside the first checkpoint write of the row's second run (FedAvg):
+    the rerun trains no round of Separate (finished: restored from its receipt), FedAvg from
+    round 1, FedSum from scratch -- and every file equals the uninterrupted row's."""
+    root, job, seconds = killable["row"]
+    dirs = [f"cells/{m}/seed~1" for m in ROW]
+    work = root / "second-run"
+    res = faults.kill_and_rerun(work, *job, dirs, "write", match="/cells/FedAvg/seed~1/checkpoints/server_round_")
+    assert res["at_kill"][dirs[0]]["trained"]
+    assert res["rerun"] == dict(zip(dirs, [[], [1, 2], [1, 2]]))
+    for d in dirs:
+        faults.assert_same_tree(root / "reference" / d, work / d)
+    assert "cells/Separate/seed~1 finished before the job was stopped" in (work / "rerun.err").read_text()
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kind,seed", [("start", 0), ("after_round", 1), ("random", 2),
+                                       ("random", 3), ("write", 4), ("write", 5)])
+def test_a_cell_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
+    root, job, seconds = killable["cell"]  # a FedSum cell writes no client files: server writes
+    faults.check_kill_and_rerun(root, job, [OUT], KILL_ROUNDS, kind, seed, seconds)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kind,seed", [("random", 0), ("random", 1), ("random", 2), ("random", 3),
+                                       ("write", 4), ("write", 5)])
+def test_a_row_job_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
+    root, job, seconds = killable["row"]  # Separate writes each client's model every round
+    faults.check_kill_and_rerun(root, job, [f"cells/{m}/seed~1" for m in ROW], 2, kind, seed, seconds,
+                                writes_per_round=4)

@@ -11,6 +11,7 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
+import faults
 import numpy as np
 import pytest
 import torch
@@ -602,3 +603,61 @@ def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp
             assert counts["train"] == len(CLIENTS), name
             inspected.append(name)
     assert len(inspected) == 9
+
+
+# -- kill at a random moment, rerun, compare (issue 17; tests/faults.py) ------------------------------
+KILL_ROUNDS = 3
+ROW = ["single", "all", "FedAvg", "FedSUMM"]  # a table row's regimes (fedsumm.task.run_row)
+
+
+@pytest.fixture(scope="module")
+def killable(world, tmp_path_factory):
+    """A 3-round FedSUMM cell job, a table-row job (the four regimes, 2 rounds each, trained and
+    evaluated by ``run_row``), and the uninterrupted run of each (the references)."""
+    root = tmp_path_factory.mktemp("fedsumm-kill")
+    cell_job = faults.cell_job(_cell(world, root, "ct", "FedSUMM", "x", rounds=KILL_ROUNDS))
+    cells = [dict(_cell(world, root, "ct", r, "x", rounds=2), out_dir=f"cells/{r}") for r in ROW]
+    row_job = ("fedrepro.papers.fedsumm.task:run_row", [cells])
+    return {
+        "cell": (root / "cell", cell_job, faults.run(root / "cell" / "reference", *cell_job)),
+        "row": (root / "row", row_job, faults.run(root / "row" / "reference", *row_job)),
+    }
+
+
+def test_a_cell_killed_inside_a_checkpoint_write_reruns_to_the_bytes_of_an_uninterrupted_run(killable):
+    """SIGKILL inside a seeded write of a round's server checkpoint files (FedSUMM's server state:
+    MG and the rho sums, is among them): the rerun resumes after the last complete round."""
+    root, job, seconds = killable["cell"]
+    res = faults.check_kill_and_rerun(root, job, ["out"], KILL_ROUNDS, "write", 2, seconds)
+    assert res["rerun"] is not None
+
+
+def test_a_row_job_killed_while_evaluating_is_not_retrained(killable):
+    """SIGKILL inside the write of the first regime's predictions (training done, evaluation
+    under way): the rerun evaluates that cell again without training it, trains the other three,
+    and every file equals the uninterrupted row's."""
+    root, job, seconds = killable["row"]
+    dirs = [f"cells/{r}" for r in ROW]
+    work = root / "evaluating"
+    res = faults.kill_and_rerun(work, *job, dirs, "write", match="/cells/single/predictions.jsonl")
+    assert res["at_kill"]["cells/single"]["trained"]
+    assert res["rerun"] == dict(zip(dirs, [[], [1, 2], [1, 2], [1, 2]]))
+    for d in dirs:
+        faults.assert_same_tree(root / "reference" / d, work / d)
+    assert "cells/single: 1 of 2 stages restored" in (work / "rerun.err").read_text()
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kind,seed", [("start", 0), ("after_round", 1), ("random", 2),
+                                       ("random", 3), ("write", 4), ("write", 5)])
+def test_a_cell_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
+    root, job, seconds = killable["cell"]
+    faults.check_kill_and_rerun(root, job, ["out"], KILL_ROUNDS, kind, seed, seconds)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kind,seed", [("random", 0), ("random", 1), ("random", 2), ("random", 3),
+                                       ("write", 4), ("write", 5)])
+def test_a_row_job_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
+    root, job, seconds = killable["row"]
+    faults.check_kill_and_rerun(root, job, [f"cells/{r}" for r in ROW], 2, kind, seed, seconds)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -76,11 +78,14 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     Use for writers that want a file name (``torch.save``, ``DataFrame.to_csv``, ``savefig``). If
     the block fails, the temporary file is removed and ``path`` is left as it was (absent, or its
     previous complete version). A disk that is full or read-only, or a folder without write
-    permission, raises :class:`OutputError` naming ``path``.
+    permission, raises :class:`OutputError` naming ``path``. A temporary of ``path`` left by a
+    writer that was killed (SIGKILL runs no ``finally``) is removed first, so a rerun leaves no
+    stray file beside its outputs.
     """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path, suffix or ".tmp")
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
         os.close(fd)
     except OSError as exc:
@@ -102,6 +107,23 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
             tmp_path.unlink(missing_ok=True)
 
 
+def remove_stale_temporaries(path: Path, suffix: str, folders: bool = False) -> None:
+    """Delete ``.<name>.XXXXXXXX<suffix>`` files (``folders``: folders) beside ``path``: the
+    temporaries of :func:`atomic_path` / :func:`atomic_dir` (``tempfile``'s 8 random characters)
+    that a killed writer left."""
+    import shutil
+
+    pattern = re.compile(re.escape(f".{path.name}.") + r"[a-z0-9_]{8}" + re.escape(suffix))
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        if not pattern.fullmatch(stale.name) or stale.is_symlink():
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if folders and stale.is_dir():
+                shutil.rmtree(stale)
+            elif not folders and stale.is_file():
+                stale.unlink()
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a fresh temporary folder beside ``path``; move it onto ``path`` only on success.
@@ -114,6 +136,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path, "", folders=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     except OSError as exc:
         raise _output_error(path, exc, folder=True) from exc

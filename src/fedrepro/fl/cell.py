@@ -25,12 +25,12 @@ import tempfile
 import time
 from collections import OrderedDict
 from importlib import metadata
-from pathlib import Path
 
 import torch
 
 from fedrepro.fl.checkpoint import (
     config_hash,
+    discard_checkpoints,
     latest_round,
     load_state,
     read_failure,
@@ -205,8 +205,7 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
         },
     )
     if not cell.get("keep_round_checkpoints", False):
-        shutil.rmtree(Path(cell["out_dir"]) / "checkpoints", ignore_errors=True)
-        shutil.rmtree(Path(cell["out_dir"]) / "clients", ignore_errors=True)
+        discard_checkpoints(cell["out_dir"])
 
 
 def load_final_adapters(path: str | os.PathLike, allow_empty: bool = False) -> dict[str, OrderedDict[str, torch.Tensor]]:

@@ -57,13 +57,20 @@ def config_hash(cell: dict) -> str:
 
 
 def prepare_checkpoints(cell: dict) -> int:
-    """Return the last finished round, discarding checkpoints made under another config."""
+    """Return the last finished round, discarding checkpoints made under another config.
+
+    Without a checkpoint stamp the cell starts afresh: client states left by an earlier run
+    (one killed while :func:`discard_checkpoints` ran) are removed with it."""
     out = Path(cell["out_dir"])
     stamp = out / "checkpoints" / "cell_config.json"
     h = config_hash(cell)
+    for stale in out.glob(f"{_DISCARDED}*"):
+        shutil.rmtree(stale, ignore_errors=True)
     if stamp.exists() and read_json(stamp).get("config_hash") != h:
         log.warning("discarding checkpoints of a different cell config in %s", out)
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        shutil.rmtree(out / "clients", ignore_errors=True)
+    elif not stamp.exists():
         shutil.rmtree(out / "clients", ignore_errors=True)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     failure = out / "checkpoints" / "failure.json"
@@ -71,6 +78,25 @@ def prepare_checkpoints(cell: dict) -> int:
         failure.unlink()
     write_json_atomic(stamp, {"config_hash": h, "cell": cell})
     return latest_round(out)
+
+
+_DISCARDED = ".discarded-"
+
+
+def discard_checkpoints(out_dir: str | Path) -> None:
+    """Delete a finished cell's ``checkpoints`` and ``clients`` folders.
+
+    Each is renamed away (``.discarded-<name>``) before it is deleted, ``checkpoints`` first: a
+    run killed meanwhile leaves either complete checkpoints (a rerun resumes from them) or none (a
+    rerun starts afresh), never a round log with holes; :func:`prepare_checkpoints` removes what
+    it left."""
+    out = Path(out_dir)
+    for name in ("checkpoints", "clients"):
+        if (out / name).exists():
+            trash = out / f"{_DISCARDED}{name}"
+            shutil.rmtree(trash, ignore_errors=True)
+            os.replace(out / name, trash)
+            shutil.rmtree(trash, ignore_errors=True)
 
 
 def checkpoint_paths(out_dir: str | Path, round_index: int) -> tuple[Path, Path]:

@@ -86,14 +86,23 @@ def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_o
 
 def run_row(cells: list[dict]) -> None:
     """A row job: train and evaluate ``cells`` one after the other in this process, each into its
-    own folder (the files of the ``train_cell`` and ``evaluate_cell`` rules)."""
+    own folder (the files of the ``train_cell`` and ``evaluate_cell`` rules).  What a killed
+    earlier run of the job finished is restored, not run again: a trained cell is only evaluated,
+    an evaluated one skipped (:func:`fedrepro.fl.rows.run_row`)."""
     from pathlib import Path
 
     from fedrepro.fl.cell import run_cell
+    from fedrepro.fl.rows import run_row as run_stages
 
-    for cell in cells:
+    def train(cell: dict) -> None:
         folder = Path(cell["out_dir"])
         run_cell(cell, str(folder / "adapters.safetensors"), str(folder / "train_log.json"),
                  str(folder / "provenance.json"))
+
+    def evaluate(cell: dict) -> None:
+        folder = Path(cell["out_dir"])
         evaluate_cell(cell, str(folder / "adapters.safetensors"), str(folder / "predictions.jsonl"),
                       str(folder / "scores.json"))
+
+    run_stages(cells, [(("adapters.safetensors", "train_log.json", "provenance.json", "kd_trace.json"), train),
+                       (("predictions.jsonl", "scores.json"), evaluate)])

@@ -942,19 +942,26 @@ def run_fedsum_cell(
 
 def run_fedsum_row(cells: list[Mapping], test_file: str) -> list[dict]:
     """Train several cells one after the other in this process (a row job: every method of one
-    setting and seed); each writes the files of :func:`run_fedsum_cell` into its own folder."""
-    out = []
-    for cell in cells:
+    setting and seed); each writes the files of :func:`run_fedsum_cell` into its own folder.  What
+    a killed earlier run of the job finished is restored, not run again: a trained cell's
+    training files, a scored cell's scores too (:func:`fedrepro.fl.rows.run_row`).  Returns each
+    cell's ``scores.json`` record."""
+    from fedrepro.fl.cell import run_cell
+    from fedrepro.fl.rows import run_row
+    from fedrepro.io import read_json
+    from fedrepro.papers.fedsum.scores import write_cell_scores
+
+    def train(cell: dict) -> None:
         folder = Path(cell["out_dir"])
-        out.append(
-            run_fedsum_cell(
-                cell,
-                str(folder / "adapters.safetensors"),
-                str(folder / "train_log.json"),
-                str(folder / "provenance.json"),
-                str(folder / "scores.json"),
-                str(folder / "predictions.jsonl"),
-                test_file,
-            )
-        )
-    return out
+        run_cell(cell, str(folder / "adapters.safetensors"), str(folder / "train_log.json"),
+                 str(folder / "provenance.json"))
+
+    def score(cell: dict) -> None:
+        folder = Path(cell["out_dir"])
+        write_cell_scores(cell, str(folder / "train_log.json"), test_file,
+                          str(folder / "scores.json"), str(folder / "predictions.jsonl"))
+
+    cells = [dict(c) for c in cells]
+    run_row(cells, [(("adapters.safetensors", "train_log.json", "provenance.json"), train),
+                    (("scores.json", "predictions.jsonl"), score)])
+    return [read_json(Path(c["out_dir"]) / "scores.json") for c in cells]

@@ -759,22 +759,23 @@ def evaluate_cell(cell: dict, finals_path: str, predictions_out: str, scores_out
 
 def run_row(cells: list[dict]) -> None:
     """Train and evaluate the cells of one workflow job (a table row's regimes), in order; each
-    cell resumes from its own checkpoints (:func:`fedrepro.fl.cell.run_cell`)."""
+    cell resumes from its own checkpoints (:func:`fedrepro.fl.cell.run_cell`), and what a killed
+    earlier run of the job finished is restored, not run again: a trained cell is only
+    evaluated, an evaluated one skipped (:func:`fedrepro.fl.rows.run_row`)."""
     from fedrepro.fl.cell import run_cell
+    from fedrepro.fl.rows import run_row as run_stages
 
-    for cell in cells:
+    def train(cell: dict) -> None:
         out = Path(cell["out_dir"])
         t0 = time.perf_counter()
-        run_cell(
-            cell,
-            str(out / "adapters.safetensors"),
-            str(out / "train_log.json"),
-            str(out / "provenance.json"),
-        )
-        evaluate_cell(
-            cell,
-            str(out / "adapters.safetensors"),
-            str(out / "predictions.jsonl"),
-            str(out / "scores.json"),
-        )
-        log.info("%s done in %.1f s", out, time.perf_counter() - t0)
+        run_cell(cell, str(out / "adapters.safetensors"), str(out / "train_log.json"),
+                 str(out / "provenance.json"))
+        log.info("%s trained in %.1f s", out, time.perf_counter() - t0)
+
+    def evaluate(cell: dict) -> None:
+        out = Path(cell["out_dir"])
+        evaluate_cell(cell, str(out / "adapters.safetensors"), str(out / "predictions.jsonl"),
+                      str(out / "scores.json"))
+
+    run_stages(cells, [(("adapters.safetensors", "train_log.json", "provenance.json"), train),
+                       (("predictions.jsonl", "scores.json"), evaluate)])
