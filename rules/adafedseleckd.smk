@@ -88,7 +88,7 @@ if ada.rows_enabled(config):
         output:
             ada.cell_outputs(),
         params:
-            cells=lambda w: [ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed)],
+            cells=lambda w: canonical([ada.make_cell(config, w.partition, w.backbone, w.method, w.scope, w.seed)]),
         threads: ADA["threads_per_cell"]
         resources:
             gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],

@@ -47,7 +47,7 @@ rule report_contents:
             )
         ],
     params:
-        runs=report_site.run_summary(config),
+        runs=canonical(report_site.run_summary(config)),
 
 
 rule report_contents_full:
@@ -61,7 +61,7 @@ rule report_contents_full:
             )
         ],
     params:
-        runs=report_site.run_summary(config),
+        runs=canonical(report_site.run_summary(config)),
 
 
 rule report_table_html:
@@ -86,9 +86,9 @@ rule report_provenance:
         html="results/report/provenance.html",
         json="results/report/provenance.json",
     params:
-        entries=REPORT_EXISTING,
-        scorecard_missing=REPORT_SCORECARD_MISSING,
-        patterns=lambda wildcards: report_site.rule_patterns(workflow.rules),
+        entries=canonical(REPORT_EXISTING),
+        scorecard_missing=canonical(REPORT_SCORECARD_MISSING),
+        patterns=lambda wildcards: canonical(report_site.rule_patterns(workflow.rules)),
         metadata_dir=".snakemake/metadata",
     log:
         "logs/report_provenance.log",
@@ -108,8 +108,8 @@ rule report_scorecard:
         html="results/report/scorecard/scorecard.html",
         figures=expand("results/report/scorecard/scorecard_{paper}.png", paper=REPORT_SCORECARD_PAPERS),
     params:
-        scale=config["scale"],
-        papers=REPORT_SCORECARD_PAPERS,
+        scale=canonical(config["scale"]),
+        papers=canonical(REPORT_SCORECARD_PAPERS),
     log:
         "logs/report_scorecard.log",
     conda:

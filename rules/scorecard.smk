@@ -28,8 +28,8 @@ rule scorecard:
         html="results/scorecard/scorecard.html",
         figures=expand("results/figures/scorecard_{paper}.png", paper=SCORECARD_PAPERS),
     params:
-        scale=config["scale"],
-        papers=SCORECARD_PAPERS,
+        scale=canonical(config["scale"]),
+        papers=canonical(SCORECARD_PAPERS),
     log:
         "logs/scorecard.log",
     conda:

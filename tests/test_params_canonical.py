@@ -110,7 +110,7 @@ def test_a_reordered_config_reruns_nothing_and_a_real_change_reruns_its_cells(tm
     changed["adafedseleckd"]["server_optimizer"]["eta"] = 0.02
     res = dry_run("eta.yaml", yaml.safe_dump(changed, sort_keys=True))
     cell = "results/adafedseleckd/domains/bart-large/{}/all/seed~7/adapters.safetensors"
-    assert _jobs(res) == [f"train_cell: {cell.format('AdaFedOPT')}"]
+    assert _jobs(res) == [f"adafedseleckd_cell: {cell.format('AdaFedOPT')}"]
     assert "Params have changed" in res.stdout + res.stderr
 
     # lambda (the KD weight) is in every AdaFedSelecKD cell's train dict: both cells, nothing else
@@ -118,6 +118,6 @@ def test_a_reordered_config_reruns_nothing_and_a_real_change_reruns_its_cells(tm
     changed["adafedseleckd"]["train"]["lam"] = 0.3
     res = dry_run("lam.yaml", yaml.safe_dump(changed))
     # (the demo trains AdaFedAvg, AdaFedKD and AdaFedSelectKD in one row job: cells_per_job: row)
-    assert _jobs(res) == [f"adafedseleckd_row: {cell.format('AdaFedAvg')}",
-                          f"train_cell: {cell.format('AdaFedOPT')}"]
+    assert _jobs(res) == [f"adafedseleckd_cell: {cell.format('AdaFedOPT')}",
+                          f"adafedseleckd_row: {cell.format('AdaFedAvg')}"]
     assert Path(tmp_path / "results/backbones/bart-large").exists()

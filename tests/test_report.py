@@ -105,7 +105,7 @@ def test_run_summary_reads_the_config():
     )
     assert paper["fedmcp"] == (
         "scale paper; backbone roberta-base (hub); clients the six GLUE tasks (MRPC, RTE, SST-2, "
-        "QNLI, QQP, MNLI); 25 rounds; runs (seeds) 1, 2, 3; engine simulation"
+        "QNLI, QQP, MNLI); 25 rounds; runs (seeds) 1, 2, 3; engine inprocess"
     )
     assert "bart-large (hub)" in paper["adafedseleckd"] and "seeds 1, 2, 3" in paper["adafedseleckd"]
     assert "50 clients" in paper["fedsumm"] and "4 clients" in demo["fedsumm"]
