@@ -212,3 +212,15 @@ def array_shapes(expected: dict):
         assert got == {k: tuple(v) for k, v in expected.items()}, (pid, got)
 
     return check
+
+
+def node_paths(obj, prefix=()):
+    """Every path (tuple of keys/indices) to a node below ``obj``."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield (*prefix, k)
+            yield from node_paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield (*prefix, i)
+            yield from node_paths(v, (*prefix, i))

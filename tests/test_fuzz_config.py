@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import node_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,18 +30,7 @@ CONFIGS = {name: yaml.safe_load((ROOT / "config" / name).read_text()) for name i
 CASES_PER_CONFIG = 150
 
 
-def _paths(obj, prefix=()):
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield (*prefix, k)
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield (*prefix, i)
-            yield from _paths(v, (*prefix, i))
-
-
-PATHS = {name: list(_paths(cfg)) for name, cfg in CONFIGS.items()}
+PATHS = {name: list(node_paths(cfg)) for name, cfg in CONFIGS.items()}
 
 
 def _get(obj, path):

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import node_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -225,18 +226,6 @@ def _parse_and_check(name: str, target: Path, *, must_fail: bool, names_file: Pa
 
 
 # -- mutations --------------------------------------------------------------------------------------
-def _paths(obj, prefix=()):
-    """Every path (tuple of keys/indices) to a node below ``obj``."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield (*prefix, k)
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield (*prefix, i)
-            yield from _paths(v, (*prefix, i))
-
-
 def _pattern(path) -> tuple:
     return tuple("*" if isinstance(p, int) else p for p in path)
 
@@ -268,7 +257,7 @@ def json_mutation(draw, records):
     records = copy.deepcopy(records)
     i = draw(st.integers(0, len(records) - 1))
     rec = records[i]
-    all_paths = list(_paths(rec))
+    all_paths = list(node_paths(rec))
     patterns = sorted({_pattern(p) for p in all_paths}, key=repr)
     pattern = draw(st.sampled_from(patterns))
     path = draw(st.sampled_from([p for p in all_paths if _pattern(p) == pattern]))

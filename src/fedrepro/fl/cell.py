@@ -20,11 +20,9 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from collections import OrderedDict
-from importlib import metadata
 
 import torch
 
@@ -42,34 +40,11 @@ from fedrepro.fl.server_app import make_server_app, run_server, start_point
 from fedrepro.fl.strategy import is_measurement, peak_rss_mb
 from fedrepro.fl.tasks import task_for
 from fedrepro.io import InputError, write_json_atomic
+from fedrepro.provenance import git_commit, package_versions
 
 log = logging.getLogger(__name__)
 
 PACKAGES = ("torch", "transformers", "tokenizers", "flwr", "ray", "numpy", "rouge-score", "snakemake")
-
-def _package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
-
-
-def _git_commit() -> str:
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=5, check=True,
-        ).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
 
 def _machine() -> dict:
     return {
@@ -191,8 +166,8 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
             "config_hash": config_hash(cell),
             "seed": cell["seed"],
             "engine": cell.get("engine", "simulation") if task.is_federated(cell) else "none",
-            "git_commit": _git_commit(),
-            "packages": _package_versions(),
+            "git_commit": git_commit(),
+            "packages": package_versions(PACKAGES),
             "machine": _machine(),
             "wall_time_s": round(time.time() - t0, 3),
             "timing": {"rounds": [timing[r] for r in sorted(timing)], "peak_rss_mb": peak_rss_mb(),

@@ -105,8 +105,8 @@ def _scorer(lang: str, stemming: bool = True) -> rouge_scorer.RougeScorer:
     raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
 
 
-def _checked_pairs(predictions, references) -> tuple[list[str], list[str]]:
-    """Aligned, non-empty lists of strings, or a ValueError saying which item is wrong."""
+def _aligned(predictions, references) -> tuple[list, list]:
+    """Aligned, non-empty lists (of any items), or a ValueError saying what is wrong."""
     predictions = list(predictions)
     references = list(references)
     if len(predictions) != len(references):
@@ -116,6 +116,12 @@ def _checked_pairs(predictions, references) -> tuple[list[str], list[str]]:
         )
     if not predictions:
         raise ValueError("predictions and references are empty; need at least one example")
+    return predictions, references
+
+
+def _checked_pairs(predictions, references) -> tuple[list[str], list[str]]:
+    """Aligned, non-empty lists of strings, or a ValueError saying which item is wrong."""
+    predictions, references = _aligned(predictions, references)
     for name, seq in (("predictions", predictions), ("references", references)):
         for i, item in enumerate(seq):
             if not isinstance(item, str):
@@ -279,14 +285,7 @@ def rouge_package_f1_recall(
     """
     from rouge import Rouge
 
-    predictions, references = list(predictions), list(references)
-    if len(predictions) != len(references):
-        raise ValueError(
-            f"predictions and references must have the same length, got {len(predictions)} "
-            f"predictions and {len(references)} references"
-        )
-    if not predictions:
-        raise ValueError("predictions and references are empty; need at least one example")
+    predictions, references = _aligned(predictions, references)  # items may be sentence lists
     rouge = Rouge()
     keys = {"rouge1": "rouge-1", "rouge2": "rouge-2", "rougeL": "rouge-l"}
     per = {f"{t}_{m}": [] for t in ROUGE_TYPES for m in ROUGE_MEASURES}

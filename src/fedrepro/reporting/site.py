@@ -29,11 +29,11 @@ import html
 import json
 import os
 import platform
-import subprocess
 from collections.abc import Iterable, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from fedrepro.provenance import git_commit, package_versions
 
 PAPERS = ("adafedseleckd", "fedmcp", "fedsum", "fedsumm")
 PAPER_TITLES = {
@@ -342,30 +342,6 @@ def _used_gpu(prov: dict | None) -> bool:
     return any(c.get("peak_gpu_mb") for r in rounds for c in r.get("clients", []))
 
 
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
-
-
-def git_commit(cwd: str | os.PathLike = ".") -> str:
-    """HEAD's SHA (``-dirty`` when tracked files changed), or ``unknown`` outside a git checkout."""
-    try:
-        def git(*args):
-            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                                  check=True, cwd=cwd).stdout.strip()
-
-        sha = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def machine() -> dict:
     """This machine: host, platform, CPUs, memory and GPU (``torch`` is asked only if installed)."""
     try:
@@ -439,7 +415,7 @@ def provenance(
     return {
         "report": {
             "git_commit": git_commit(root), "config_hash": config_hash(config),
-            "scale": config.get("scale"), "machine": machine(), "packages": package_versions(),
+            "scale": config.get("scale"), "machine": machine(), "packages": package_versions(PACKAGES),
         },
         "run": run_summary(config),
         "entries": entries,

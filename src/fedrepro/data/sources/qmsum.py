@@ -273,6 +273,16 @@ def _spans(obj: dict, n: int, path: Any, lineno: int, field: str) -> list[tuple[
     return spans
 
 
+def _objects(obj: dict, key: str, path: Any, lineno: int):
+    """``obj[key]`` must be a list of objects: yield ``(field, item)`` for each, in order, failing
+    at the first item that is not an object (``field`` is ``key[i]``, for the item's errors)."""
+    for i, item in enumerate(_get(obj, key, list, path, lineno, key)):
+        field = f"{key}[{i}]"
+        if not isinstance(item, dict):
+            raise _fail(path, lineno, field, f"expected an object, got {type(item).__name__}")
+        yield field, item
+
+
 def _validate_meeting(
     obj: dict, path: Any, lineno: int
 ) -> tuple[list[tuple[str, str]], list[dict]]:
@@ -280,14 +290,10 @@ def _validate_meeting(
 
     Spans are checked against the release's *inclusive* semantics: ``0 <= start <= end < n_turns``.
     """
-    transcripts = _get(obj, "meeting_transcripts", list, path, lineno, "meeting_transcripts")
-    if not transcripts:
+    if not _get(obj, "meeting_transcripts", list, path, lineno, "meeting_transcripts"):
         raise _fail(path, lineno, "meeting_transcripts", "empty")
     turns: list[tuple[str, str]] = []
-    for i, turn in enumerate(transcripts):
-        field = f"meeting_transcripts[{i}]"
-        if not isinstance(turn, dict):
-            raise _fail(path, lineno, field, f"expected an object, got {type(turn).__name__}")
+    for field, turn in _objects(obj, "meeting_transcripts", path, lineno):
         speaker = _get(turn, "speaker", str, path, lineno, f"{field}.speaker")
         content = _get(turn, "content", str, path, lineno, f"{field}.content")
         turns.append((speaker, content))
@@ -295,27 +301,15 @@ def _validate_meeting(
     # topic_list and general_query_list are not rendered, but a meeting whose topics point outside
     # its transcript (or whose lists are mistyped) is a damaged copy: checked like the queries
     if "topic_list" in obj:
-        topics = _get(obj, "topic_list", list, path, lineno, "topic_list")
-        for ti, topic in enumerate(topics):
-            field = f"topic_list[{ti}]"
-            if not isinstance(topic, dict):
-                raise _fail(path, lineno, field, f"expected an object, got {type(topic).__name__}")
+        for field, topic in _objects(obj, "topic_list", path, lineno):
             _get(topic, "topic", str, path, lineno, f"{field}.topic")
             _spans(topic, n, path, lineno, f"{field}.relevant_text_span")
     if "general_query_list" in obj:
-        general = _get(obj, "general_query_list", list, path, lineno, "general_query_list")
-        for gi, q in enumerate(general):
-            field = f"general_query_list[{gi}]"
-            if not isinstance(q, dict):
-                raise _fail(path, lineno, field, f"expected an object, got {type(q).__name__}")
+        for field, q in _objects(obj, "general_query_list", path, lineno):
             _get(q, "query", str, path, lineno, f"{field}.query")
             _get(q, "answer", str, path, lineno, f"{field}.answer")
-    queries = _get(obj, "specific_query_list", list, path, lineno, "specific_query_list")
     out: list[dict] = []
-    for qi, q in enumerate(queries):
-        field = f"specific_query_list[{qi}]"
-        if not isinstance(q, dict):
-            raise _fail(path, lineno, field, f"expected an object, got {type(q).__name__}")
+    for field, q in _objects(obj, "specific_query_list", path, lineno):
         query = _get(q, "query", str, path, lineno, f"{field}.query")
         answer = _get(q, "answer", str, path, lineno, f"{field}.answer")
         if not query.strip():
