@@ -17,6 +17,8 @@ if config.get("rehearsal"):
             source="|".join(ALL_SOURCES),
         params:
             scale=canonical(REHEARSAL["settings"]["sample_scale"]),
+            # FedSum's datasets: enough train records for the partition's total (rplan.min_train_records)
+            min_train=lambda w: canonical(REHEARSAL["min_train_records"].get(w.source, 0)),
         log:
             "logs/rehearsal_samples/{source}.log",
         conda:

@@ -51,7 +51,7 @@ def test_apply_reduces_only_what_the_rehearsal_reduces():
         k: v for k, v in pgen.items() if k not in ("max_new_tokens", "min_new_tokens")}
     assert config["fedsumm"]["clients"] == 10  # Fig. 5(b)'s N on this machine (config/rehearsal.yaml); paper.yaml alone: 50
     assert config["partitions"]["fedsum"]["num_clients"] == 20
-    assert config["partitions"]["fedsum"]["total"] == 20 * 4
+    assert config["partitions"]["fedsum"]["total"] == paper["partitions"]["fedsum"]["total"] == 2000  # fedsum_total: paper
     assert all(d["source"] == "samples" and d["samples_dir"] == f"samples/{n}"
                for n, d in config["data"].items())
     assert all(b.get("fallback") == "shape" for b in config["backbones"].values())

@@ -12,11 +12,16 @@ Reduction (``rehearsal_settings``; every other value stays the paper's):
   steps per local epoch, at batch ``min(batch_size, examples_per_client)``;
 * generation keeps the paper's beams, penalties and n-gram blocking; only ``max_new_tokens`` is
   capped (``min_new_tokens`` with it);
-* FedSum's partition keeps its 20 clients with ``clients_examples`` documents each
-  (``partitions.fedsum.total``) and a small held-out Reddit test set; FedSUMM keeps its N clients;
+* FedSum's partition is drawn at the paper's ``partitions.fedsum.total`` (2,000) over its 20
+  clients (``fedsum_total: paper``; an integer overrides it), so the split's rule (the authors'
+  Dirichlet re-draw) runs where it is feasible -- at 80 documents Dir(0.1) accepts one draw in
+  ~4·10^13 -- and the cells train on the first ``examples_per_client`` of each client's documents
+  as every other paper's cells do; Reddit keeps a small held-out test set; FedSUMM keeps its N
+  clients;
 * ``data: samples`` (a machine without the data hubs): every source comes from raw-schema samples
   written by the project's generators at ``sample_scale`` times the committed size (enough records
-  for the paper's client counts) and read by the real parsers; ``data: configured`` keeps the
+  for the paper's client counts; FedSum's datasets at the scale whose train split holds the
+  partition's total, :func:`min_train_records`) and read by the real parsers; ``data: configured`` keeps the
   config's sources (downloads or ``local`` copies: the paper path on a cluster);
 * ``backbones: fetch_or_shape``: each backbone is fetched as configured; where that fails it is
   built at its true dimensions with random weights (``kind: shape``, logged);
@@ -60,7 +65,7 @@ DEFAULTS = {
     "data": "configured",
     "sample_scale": 4,
     "backbones": "fetch_or_shape",
-    "fedsum_client_examples": 4,
+    "fedsum_total": "paper",
     "fedsum_heldout_test_docs": 16,
 }
 
@@ -74,9 +79,13 @@ def settings(config: dict) -> dict:
     if unknown:
         raise InputError(f"config key rehearsal_settings: unknown entries {unknown}; known: {sorted(DEFAULTS)}")
     for key in ("rounds", "examples_per_client", "eval_examples", "max_new_tokens", "sample_scale",
-                "fedsum_client_examples", "fedsum_heldout_test_docs"):
+                "fedsum_heldout_test_docs"):
         if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 1:
             raise InputError(f"config key rehearsal_settings.{key}: a positive integer, got {s[key]!r}")
+    if s["fedsum_total"] != "paper" and (
+            not isinstance(s["fedsum_total"], int) or isinstance(s["fedsum_total"], bool) or s["fedsum_total"] < 1):
+        raise InputError(f"config key rehearsal_settings.fedsum_total: 'paper' (partitions.fedsum.total) or a "
+                         f"positive integer, got {s['fedsum_total']!r}")
     choices = {"coverage": ("cover", "cross"), "data": ("configured", "samples"),
                "backbones": ("fetch_or_shape", "configured")}
     for key, allowed in choices.items():
@@ -128,8 +137,8 @@ def apply(config: dict, basedir: str | Path) -> dict:
     if "fedsum" in config:
         fs = config["fedsum"]
         fs_parts = parts.get("fedsum") or {}
-        if fs_parts:
-            fs_parts["total"] = int(fs_parts["num_clients"]) * int(s["fedsum_client_examples"])
+        if fs_parts and s["fedsum_total"] != "paper":
+            fs_parts["total"] = int(s["fedsum_total"])
         fs.setdefault("eval", {})["heldout_test_docs"] = min(
             int(fs.get("eval", {}).get("heldout_test_docs") or s["fedsum_heldout_test_docs"]),
             int(s["fedsum_heldout_test_docs"]),
@@ -333,11 +342,25 @@ def backbone_dirs(config: dict) -> dict[str, str]:
     return out
 
 
+def min_train_records(config: dict) -> dict[str, int]:
+    """Per FedSum dataset: the training records the rehearsal's generated sample must hold --
+    the partition's ``partitions.fedsum.total`` plus ``fedsum.eval.heldout_test_docs`` (Reddit
+    TIFU's test set comes out of its train split).  ``data: samples`` only; other sources: none."""
+    if settings(config)["data"] != "samples":
+        return {}
+    fs_parts = (config.get("partitions") or {}).get("fedsum") or {}
+    if not fs_parts or "fedsum" not in config:
+        return {}
+    held = int(((config.get("fedsum") or {}).get("eval") or {}).get("heldout_test_docs") or 0)
+    return {ds: int(fs_parts["total"]) + held for ds in fs_parts.get("datasets", [])}
+
+
 def document(config: dict) -> dict:
     """The rehearsal plan written to ``plan.json`` (what the report reads)."""
     original = config.get("rehearsal_original") or {}
     return {
         "settings": settings(config),
+        "min_train_records": min_train_records(config),
         "cells": cells(config),
         "data_files": data_files(config),
         "full_rounds": {p: int(original[p]["train"]["rounds"]) for p in PAPERS if p in original},

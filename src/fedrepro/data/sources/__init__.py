@@ -199,3 +199,37 @@ def sample_writer(module: str, function: str = "write_samples") -> Callable[...,
     write_samples.__name__ = write_samples.__qualname__ = function
     write_samples.__doc__ = f"Calls ``{target}.{function}`` (see there)."
     return write_samples
+
+
+def train_records(name: str, folder: str | Path) -> int:
+    """How many ``train`` records the real parser of source ``name`` reads from a raw folder
+    (each file parsed on its own: a folder may hold several splits)."""
+    src = get(name)
+    return sum(
+        sum(1 for r in src.parse(str(f)) if r.get("split") == "train")
+        for f in sorted(Path(folder).iterdir()) if f.is_file()
+    )
+
+
+def write_samples_for(name: str, out_dir: str | Path, seed: int = 0, scale: int = 1,
+                      min_train: int = 0) -> int:
+    """Generated raw-schema samples of ``name`` at ``scale`` times the committed size, or at the
+    smallest larger scale whose train split holds ``min_train`` records (a rehearsal's FedSum
+    partition is drawn at the paper's 2,000 documents).  The records per copy come from the
+    parser's count of the committed (``scale=1``) sample.  Returns the scale used."""
+    import math
+    import tempfile
+
+    from fedrepro.data.samples import check_scale
+
+    scale = check_scale(scale)
+    if min_train > 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            get(name).write_samples(tmp, seed=seed, scale=1)
+            per_copy = train_records(name, tmp)
+        if per_copy < 1:
+            raise InputError(f"source {name!r}: its generated sample has no train records; it cannot "
+                             f"hold the {min_train} the rehearsal's partition needs")
+        scale = max(scale, math.ceil(min_train / per_copy))
+    get(name).write_samples(str(out_dir), seed=seed, scale=scale)
+    return scale
