@@ -556,6 +556,10 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
     elif spec.objective == "moon":
         prev = snapshot if prev_shared_state is None else prev_shared_state
         _check_keys(snapshot, prev, "MOON previous-round")
+        # the previous round's state comes from the client's checkpoint, on the CPU: z_prev is
+        # computed with the model on its device (a GPU run of MOON crashed in round 2 without this)
+        device = model_device(model)
+        prev = OrderedDict((k, v.to(device)) for k, v in prev.items())
         _run(model, model.trainable_parameters(), batches, hp.epochs, lr,
              lambda b: moon_batch_loss(model, b, hp, snapshot, prev), stats, "all", timer)
     elif spec.objective == "fedrep":
