@@ -47,12 +47,15 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The paper grid's code paths, a few steps each at true model size (random weights where no
-# checkpoint can be fetched), under results/rehearsal/; the report says what failed, if anything.
+# checkpoint can be fetched), under results/rehearsal/; the report says what failed and which
+# numbers are outside their stated bounds (warn), if any.
 rehearse: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores all --keep-going --configfile config/paper.yaml config/rehearsal.yaml \
 	  || ($(BIN)/python -m fedrepro.rehearsal.report results/rehearsal; exit 1)
 	@cat results/rehearsal/report.md
 	FEDREPRO_REHEARSAL=1 FEDREPRO_REHEARSAL_DIR=$(CURDIR) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests/test_rehearsal_cells.py
+	@# the verdict last: "rehearsal: N ok, W warn, F failed" and every warn's reason (warn exits 0)
+	@$(BIN)/python -m fedrepro.rehearsal.report --summary results/rehearsal
 
 dry-run-paper: $(STAMP)
 	$(BIN)/snakemake -n --configfile config/paper.yaml

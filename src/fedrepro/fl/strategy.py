@@ -15,6 +15,11 @@
 * Subclasses (other papers' server procedures) can add per-client records to a round's message
   (:meth:`SortedCheckpointFedAvg.client_records`) and read extra reply records in
   :meth:`aggregate_train`.
+* Every round's log entry holds ``server_step`` (:func:`server_step`): the server's step
+  ``‖w_{t+1} − w_t‖`` against the clients' mean update ``‖(1/|S|) Σ_c (w^c − w_t)‖`` (and the
+  ``num-examples``-weighted mean, FedAvg's own), over the tensors both broadcast and returned
+  with the same shape, in float64, streamed tensor by tensor -- the rehearsal report judges it
+  (:mod:`fedrepro.rehearsal.report`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,141 @@ log (same seed, same bits) and written to the round's timing file instead."""
 
 def is_measurement(key: str) -> bool:
     return key.replace("-", "_").startswith(MEASUREMENT_PREFIXES)
+
+
+SERVER_STEP_CHUNK = 1 << 20
+"""Entries per float64 chunk of :func:`server_step` (its memory: two float64 sums of the largest
+tensor, one client's tensor and 1 Mi-entry chunks; no copy of a whole model)."""
+
+
+def _flat(x) -> np.ndarray:
+    """A tensor (numpy array or torch tensor) as a flat numpy array in its own dtype (bfloat16,
+    which numpy lacks, as float32)."""
+    if not isinstance(x, np.ndarray):
+        import torch
+
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:
+            x = x.float()
+        x = x.numpy()
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+def _sq(x: np.ndarray) -> float:
+    return float(np.sum(x * x))
+
+
+def _fsum(parts) -> float:
+    """The exact sum of float partials (math.fsum: independent of their order); a plain sum
+    where they hold ±inf of both signs or overflow (the result is then not finite anyway)."""
+    parts = list(parts)
+    try:
+        return math.fsum(parts)
+    except (ValueError, OverflowError):
+        return float(sum(parts))
+
+
+def _quotient(a: float, b: float) -> float | None:
+    """a / b; None when b is 0 (no mean update to compare with), NaN stays NaN."""
+    return None if b == 0 else a / b
+
+
+def server_step(reference, new, clients, weights) -> dict:
+    """How far the server moved the model against the clients' mean update, in float64.
+
+    ``reference``: ``{name: (shape, read)}`` of the broadcast w_t; ``new``: the same of w_{t+1};
+    ``clients``: one ``{name: (shape, read)}`` per reply (sorted by partition id); ``weights``:
+    the replies' ``num-examples``.  ``read()`` returns the tensor (numpy or torch); each tensor is
+    read once per client, compared in chunks of :data:`SERVER_STEP_CHUNK` entries.  Compared are the
+    floating tensors that are broadcast, returned by every client and by the server with the same
+    shape; the rest are counted in ``skipped_tensors``.  With Δ_c = w^c − w_t:
+
+    * ``server_norm`` = ‖w_{t+1} − w_t‖, ``max_abs_server_step`` = max_i |(w_{t+1} − w_t)_i|;
+    * ``mean_update_norm`` = ‖(1/|S|) Σ_c Δ_c‖ and ``weighted_mean_update_norm`` = ‖Σ_c p_c Δ_c‖
+      (p_c = n_c / Σ n), FedAvg's own mean;
+    * ``ratio`` / ``weighted_ratio`` = ``server_norm`` over them (None when the mean is 0), and
+      the cosines between the server step and each mean (None when either is 0);
+    * ``client_update_norm_mean`` = (1/|S|) Σ_c ‖Δ_c‖ and ``client_update_norm_weighted`` =
+      Σ_c p_c ‖Δ_c‖ (their ratio to the mean's norm is the clients' dispersion: a server that
+      scales each client's update by at most s moves at most s times them, triangle inequality).
+
+    Deterministic (no timing): the same replies give the same bits.
+    """
+    m = len(clients)
+    total = float(sum(weights))
+    p = [w / total for w in weights] if total > 0 else [1.0 / max(m, 1)] * m
+    keys, skipped = [], 0
+    # sorted: a resumed run's broadcast comes back from disk in another key order
+    for name, (shape, _) in sorted(reference.items()):
+        shape = tuple(shape)
+        same = (
+            m > 0
+            and name in new
+            and tuple(new[name][0]) == shape
+            and all(name in c and tuple(c[name][0]) == shape for c in clients)
+        )
+        if same:
+            keys.append(name)
+        else:
+            skipped += 1
+    # partial sums per chunk, added exactly (_fsum): independent of the order
+    s2, u2, w2, su_dot, sw_dot = [], [], [], [], []
+    client_sq: list[list[float]] = [[] for _ in range(m)]
+    max_abs = 0.0
+    entries = non_float = 0
+    for name in keys:
+        w_t = _flat(reference[name][1]())
+        if w_t.dtype.kind != "f":
+            non_float += 1
+            continue
+        n = w_t.size
+        entries += n
+        su = np.zeros(n, dtype=np.float64)
+        sw = np.zeros(n, dtype=np.float64)
+        for c, (client, weight) in enumerate(zip(clients, p)):
+            x = _flat(client[name][1]())
+            for a in range(0, n, SERVER_STEP_CHUNK):
+                d = x[a:a + SERVER_STEP_CHUNK].astype(np.float64)
+                d -= w_t[a:a + SERVER_STEP_CHUNK]
+                client_sq[c].append(_sq(d))
+                su[a:a + SERVER_STEP_CHUNK] += d
+                d *= weight
+                sw[a:a + SERVER_STEP_CHUNK] += d
+            del x
+        x = _flat(new[name][1]())
+        for a in range(0, n, SERVER_STEP_CHUNK):
+            step = x[a:a + SERVER_STEP_CHUNK].astype(np.float64)
+            step -= w_t[a:a + SERVER_STEP_CHUNK]
+            mean_u = su[a:a + SERVER_STEP_CHUNK] / m
+            mean_w = sw[a:a + SERVER_STEP_CHUNK]
+            s2.append(_sq(step))
+            u2.append(_sq(mean_u))
+            w2.append(_sq(mean_w))
+            su_dot.append(float(np.sum(step * mean_u)))
+            sw_dot.append(float(np.sum(step * mean_w)))
+            if step.size:
+                max_abs = max(max_abs, float(np.max(np.abs(step))))
+        del x, su, sw
+    out: dict = {"tensors": len(keys) - non_float, "skipped_tensors": skipped + non_float,
+                 "entries": entries}
+    if not entries:
+        return out
+    s, u, w = (math.sqrt(_fsum(x)) for x in (s2, u2, w2))
+    su_dot, sw_dot = _fsum(su_dot), _fsum(sw_dot)
+    norms = [math.sqrt(_fsum(x)) for x in client_sq]
+    out.update({
+        "server_norm": s,
+        "max_abs_server_step": max_abs,
+        "mean_update_norm": u,
+        "weighted_mean_update_norm": w,
+        "ratio": _quotient(s, u),
+        "weighted_ratio": _quotient(s, w),
+        "cosine": _quotient(su_dot, s * u),
+        "weighted_cosine": _quotient(sw_dot, s * w),
+        "client_update_norm_mean": _fsum(norms) / m,
+        "client_update_norm_weighted": _fsum(pc * x for pc, x in zip(p, norms)),
+    })
+    return out
 
 
 def payload_bytes(arrays: ArrayRecord) -> int:
@@ -77,6 +217,8 @@ class SortedCheckpointFedAvg(FedAvg):
         self._round_t0 = time.perf_counter()
         self._node_of: dict[int, int] | None = None  # partition id -> node id
         self._progress: RoundProgress | None = None  # set by start()
+        self._broadcast: ArrayRecord | None = None  # w_t of the round (a reference, not a copy)
+        self._own_start = False  # a client's message replaced the broadcast (FedDC's daisy chain)
 
     # -- which node is which client --------------------------------------------------------
     def partitions(self, grid) -> dict[int, int]:
@@ -140,10 +282,13 @@ class SortedCheckpointFedAvg(FedAvg):
         absolute = server_round + self.round_offset
         chosen = self.sample_partitions(absolute, list(node_of))
         config["server-round"] = server_round
+        self._broadcast, self._own_start = arrays, False
         messages = []
         for pid in chosen:
             # in waves, a client's own records are made when its wave is sent (WaveGrid)
             extra = {} if self.wave_size else self.client_records(absolute, pid)
+            if extra.get(self.arrayrecord_key, arrays) is not arrays:
+                self._own_start = True
             content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config, **extra})
             msg = Message(content=content, message_type=MessageType.TRAIN, dst_node_id=node_of[pid])
             if self.wave_size:
@@ -175,6 +320,9 @@ class SortedCheckpointFedAvg(FedAvg):
         key = self._pending.pop(id(msg), None)
         if key is not None:
             for name, record in self.client_records(*key).items():
+                replaced = name not in msg.content or record is not msg.content[name]
+                if name == self.arrayrecord_key and replaced:
+                    self._own_start = True
                 msg.content[name] = record
 
     def release_client_records(self, msg: Message) -> None:
@@ -233,6 +381,31 @@ class SortedCheckpointFedAvg(FedAvg):
         """Extra JSON-able entries for the round log (none for FedAvg)."""
         return {}
 
+    def server_step(self, new: ArrayRecord, replies: list[Message]) -> dict:
+        """The round's ``server_step`` entry (:func:`server_step`): w_{t+1} against the broadcast
+        and the replies (spooled ones read back through :meth:`spooled_arrays`)."""
+        if self._broadcast is None:
+            return {"tensors": 0, "note": "no broadcast recorded"}
+        if self._own_start:
+            return {"tensors": 0, "note": "clients start from their own models (a per-client "
+                    "downlink replaces the broadcast): no common w_t to compare with"}
+
+        def record(arrays: ArrayRecord) -> dict:
+            return {k: (tuple(a.shape), lambda a=a: a.numpy()) for k, a in arrays.items()}
+
+        clients = []
+        for m in replies:
+            pid = int(m.content["metrics"]["partition-id"])
+            if pid in self._spooled:
+                shapes, read = self.spooled_arrays(pid)
+                clients.append({k: (tuple(v), lambda k=k, read=read: read(k))
+                                for k, v in shapes.items()})
+            else:
+                clients.append(record(m.content[self.arrayrecord_key])
+                               if self.arrayrecord_key in m.content else {})
+        weights = [int(m.content["metrics"]["num-examples"]) for m in replies]
+        return server_step(record(self._broadcast), record(new), clients, weights)
+
     def save_server_state(self, absolute_round: int) -> None:
         """Persist server-side state beyond the global tensors (control variates, memories...)
         for a resume; called before the round's JSON (the completeness marker) is written."""
@@ -278,8 +451,10 @@ class SortedCheckpointFedAvg(FedAvg):
                 for m in replies
             ),
             "aggregated_metrics": {k: v for k, v in (metrics or {}).items() if not is_measurement(k)},
+            "server_step": self.server_step(arrays, replies),
             **self.round_extras(absolute, replies),
         }
+        self._broadcast = None
 
         tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
         save_state(tensors_path, arrays.to_torch_state_dict())
