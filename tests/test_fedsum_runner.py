@@ -647,3 +647,19 @@ def test_a_row_job_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, k
     root, job, seconds = killable["row"]  # Separate writes each client's model every round
     faults.check_kill_and_rerun(root, job, [f"cells/{m}/seed~1" for m in ROW], 2, kind, seed, seconds,
                                 writes_per_round=4)
+
+
+@pytest.mark.parametrize("method", ["FedAvg", "SCAFFOLD", "FedProto", "FedDC", "FedSum"])
+def test_declared_payload_matches_the_wire(world, tmp_path, method):
+    """parameter_report's shared_per_round is what crosses the wire per client and round (the
+    rehearsal's payload check: 4 B per entry up, clients x that down; FedProto sends no model)."""
+    from fedrepro.rehearsal.report import check_payload
+
+    out = _run(_cell(world, tmp_path, method))
+    prov = read_json(out / "provenance.json")
+    rounds = _log(out)
+    result = check_payload(prov, rounds)
+    assert result["status"] == "ok", result
+    shared = prov["parameters"]["shared_per_round"]
+    assert (shared == 0) == (method == "FedProto")
+    assert shared in (0, prov["parameters"]["model"])

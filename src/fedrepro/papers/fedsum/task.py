@@ -841,15 +841,22 @@ def final_states(cell: Mapping) -> dict[str, OrderedDict[str, torch.Tensor]]:
 
 
 def parameter_report(cell: Mapping) -> dict:
-    """|θ| (representation), |ω| (head) and |Ω| of the run's BERTSUM."""
+    """|θ| (representation), |ω| (head) and |Ω| of the run's BERTSUM, and ``shared_per_round``:
+    the entries of the model tensors one client sends per round (its federated state; 0 for
+    Separate, which has no server, and FedProto, which sends class prototypes as records, never its
+    model) -- what the rehearsal's payload check compares with the bytes on the wire."""
     _, model = fresh_model(cell)
     theta = sum(p.numel() for p in model.representation.parameters())
     omega = sum(p.numel() for p in model.head.parameters())
+    method = check_method(cell["method"])
+    sends_model = method in VARIANTS or get_baseline(method).server_rule not in ("none", "prototypes")
+    shared = sum(v.numel() for v in model.federated_state().values()) if sends_model else 0
     return {
         "representation": theta,
         "head": omega,
         "model": theta + omega,
         "hidden_size": int(model.representation.hidden_size),
+        "shared_per_round": shared,
     }
 
 
