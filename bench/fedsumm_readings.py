@@ -49,6 +49,7 @@ VARIANTS = {
     "per_layer": {"reading": "per_layer"},
     "update_direction": {"reading": "update_direction"},
     "update_direction_raw": {"reading": "update_direction_raw"},
+    "update_direction_rank": {"reading": "update_direction_rank"},
     "update_direction_round": {"reading": "update_direction", "rho_window": "round"},
     "literal_round": {"reading": "literal", "rho_window": "round"},
 }

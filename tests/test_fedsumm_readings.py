@@ -21,6 +21,7 @@ from fedrepro.papers.fedsumm.algorithm import (
     deviation_summary,
     discrepancy_ratios,
     layer_key,
+    normal_scores,
     parameter_groups,
     rho_statistics,
     softmax_normalize,
@@ -84,6 +85,13 @@ def test_config_validates_the_reading():
     assert FedSummConfig(reading="literal", rho_scope="per_tensor").softmax_scope == "per_tensor"
     assert FedSummConfig(reading="per_layer").softmax_scope == "per_layer"
     assert FedSummConfig(reading="update_direction").softmax_scope == "per_tensor"
+    rank = FedSummConfig(reading="update_direction_rank")
+    assert (rank.softmax_scope, rank.rho_input, rank.direction_transform) == (
+        "per_tensor", "update", "normal_scores")
+    assert FedSummConfig(reading="update_direction").direction_transform == "unit_rms"
+    assert FedSummConfig(reading="update_direction_raw").direction_transform == "none"
+    with pytest.raises(InputError, match="rho_reference: round_mean"):
+        FedSummConfig(reading="update_direction_rank", rho_reference="broadcast")
 
 
 # ----------------------------------------------------------------------------- ρ per reading, by hand
@@ -150,7 +158,19 @@ def test_update_direction_readings_hand_computation():
         "c1": {"a": _expected(_softmax([1.0, -1.0]), q_a), "b": _expected(_softmax([2.0, 0, 0]), q_b)},
         "c2": {"a": _expected([0.5, 0.5], q_a), "b": _expected([1 / 3] * 3, q_b)},
     }
-    for reading, hand in (("update_direction", rho_unit), ("update_direction_raw", rho_raw)):
+    # rank-based normal scores (z = Φ^{-1}(mid-rank / d)): a: c1 [1, -1] -> ±Φ^{-1}(3/4), c2 [1, 1]
+    # (one tie) -> [0, 0], mean [1, 0] -> [Φ^{-1}(3/4), -Φ^{-1}(3/4)]; b: c1 [2, 0, 0] ->
+    # [Φ^{-1}(5/6), Φ^{-1}(1/3), Φ^{-1}(1/3)] = the mean's scores (ρ = 1), c2 zero -> [0, 0, 0]
+    z34, z56, z13 = (float(torch.special.ndtri(torch.tensor(u, dtype=torch.float64)))
+                     for u in (0.75, 5 / 6, 1 / 3))
+    q_a, q_b = _softmax([z34, -z34]), _softmax([z56, z13, z13])
+    rho_rank = {
+        "c1": {"a": _expected(_softmax([z34, -z34]), q_a), "b": 1.0},
+        "c2": {"a": _expected([0.5, 0.5], q_a), "b": _expected([1 / 3] * 3, q_b)},
+    }
+    assert rho_rank["c2"]["a"] == pytest.approx(1 / (4 * q_a[0] * q_a[1]))
+    for reading, hand in (("update_direction", rho_unit), ("update_direction_raw", rho_raw),
+                          ("update_direction_rank", rho_rank)):
         server = FedSummServer(FedSummConfig(epsilon=EPS, reading=reading), ["c1", "c2"], seed=0)
         w_next, log = server.server_round(1, w_t, replies)
         for c in params:
@@ -171,6 +191,134 @@ def test_update_direction_readings_hand_computation():
         w_avg, log_avg = avg.server_round(1, w_t, replies)
         assert log_avg["rho"] == log["rho"] and "update_difference" not in log_avg
         assert torch.allclose(w_avg["a"], torch.tensor([2.0, 2.0]))
+
+
+# ----------------------------------------------------------------------------- rank-based normal scores
+def _ndtri(u) -> torch.Tensor:
+    return torch.special.ndtri(torch.tensor(u, dtype=torch.float64)).float()
+
+
+def test_normal_scores_hand_computation():
+    """z_i = Φ^{-1}((#below + #equal/2)/d): ties (±0 are one value) share their mid-rank."""
+    x = torch.tensor([3.0, -1.0, 0.0, -0.0, 2.0])
+    assert torch.equal(normal_scores(x), _ndtri([0.9, 0.1, 0.4, 0.4, 0.7]))
+    assert torch.equal(normal_scores(torch.zeros(2, 3)), torch.zeros(2, 3))
+    assert torch.equal(normal_scores(torch.tensor([7.0])), torch.zeros(1))
+    assert normal_scores(torch.zeros(0)).shape == (0,)
+    # a sparse row: 6 zeros, 2 negative, 2 positive of 10 entries
+    sparse = torch.tensor([0.0, -5.0, 0.0, 0.0, 1e-3, 0.0, -1e-6, 0.0, 0.0, 40.0])
+    u = [0.5, 0.05, 0.5, 0.5, 0.85, 0.5, 0.15, 0.5, 0.5, 0.95]
+    assert torch.equal(normal_scores(sparse), _ndtri(u))
+    # values distinct at bfloat16 (8 significant bits): the exact rank transform, any shape
+    g = torch.Generator().manual_seed(0)
+    v = torch.unique(torch.randn(4000, generator=g).to(torch.bfloat16).float())
+    v = v[torch.randperm(v.numel(), generator=g)].reshape(-1, 1)
+    ranks = torch.argsort(torch.argsort(v.reshape(-1))).double()
+    exact = torch.special.ndtri((ranks + 0.5) / v.numel()).float().reshape(v.shape)
+    assert torch.equal(normal_scores(v), exact)
+
+
+def test_normal_scores_invariances():
+    """Invariant to a power-of-two scale (bit for bit); another positive scale or a signed power
+    (an increasing map) moves scores only where entries cross 8-bit rounding buckets; heavy tails
+    still give N(0, 1) scores.  AdamW's first step lr·g/(|g| + eps) ranks as sign(g)."""
+    g = torch.Generator().manual_seed(1)
+    grad = torch.randn(50_000, generator=g) * torch.rand(50_000, generator=g).pow(4)
+    base = normal_scores(grad)
+    assert torch.equal(normal_scores(grad * 2.0**-14), base)
+    for other in (grad * 0.37, grad.sign() * grad.abs().sqrt()):
+        diff = (normal_scores(other) - base).abs()
+        assert float(diff.mean()) < 5e-3 and float(diff.max()) < 0.25
+    z = normal_scores(torch.randn(1 << 16, generator=g) ** 3)  # heavy tails: still N(0, 1)
+    assert abs(float(z.mean())) < 1e-3 and float(z.std()) == pytest.approx(1.0, abs=2e-3)
+    grad = 1e-3 * torch.randn(50_000, generator=g)  # |g| > 256·eps but for 0.2 % of entries
+    adamw = normal_scores(5e-5 * grad / (grad.abs() + 1e-8))
+    assert float((adamw - normal_scores(grad.sign())).abs().mean()) < 0.01
+
+
+@pytest.mark.parametrize("r", [1.0, 0.9, 0.5, 0.0])
+def test_rank_reading_rho_is_a_function_of_the_rank_correlation(r):
+    """Client and mean directions of a Gaussian copula with correlation r: after the normal-score
+    transform Σ p²/q → E[e^{2a−b}]·E[e^b]/E[e^a]² = exp(2(1 − r)) (``mean``: exp(1 − r)) for any
+    marginals, here cubed (heavy-tailed) client entries; identical directions give 1 exactly."""
+    g = torch.Generator().manual_seed(2)
+    d = 1 << 18
+    a = torch.randn(d, generator=g)
+    b = r * a + math.sqrt(1 - r * r) * torch.randn(d, generator=g)
+    p = torch.softmax(normal_scores(a**3 if r < 1 else a), 0)
+    q = torch.softmax(normal_scores(b), 0)
+    (expected,) = discrepancy_ratios([p], [q], "expected")
+    (mean,) = discrepancy_ratios([p], [q], "mean")
+    if r == 1.0:  # p = q: every ratio is 1, ρ = Σ p_i (float64) and the plain mean of ones
+        assert expected == pytest.approx(1.0, abs=1e-12) and mean == 1.0
+    else:
+        assert expected == pytest.approx(math.exp(2 * (1 - r)), rel=0.02)
+        assert mean == pytest.approx(math.exp(1 - r), rel=0.01)
+
+
+def _round_rho(reading: str, w_t: OrderedDict, updates: dict) -> float:
+    """Round-1 mean ρ of a FedAvg server (Fig. 6's curve) on ``w_t + Δ_c``."""
+    server = FedAvgServer(FedSummConfig(reading=reading), sorted(updates), seed=0)
+    replies = {c: _reply(OrderedDict((k, w_t[k] + u[k]) for k in w_t), w_t, 1.0)
+               for c, u in updates.items()}
+    return server.server_round(1, w_t, replies)[1]["rho_mean"]
+
+
+def _dense_updates(d: int, g) -> dict:
+    """4 clients: a shared direction plus as much client noise (dense Gaussian)."""
+    shared = torch.randn(d, generator=g)
+    return {f"c{i}": OrderedDict(w=1e-4 * (shared + torch.randn(d, generator=g))) for i in range(4)}
+
+
+def _embedding_updates(rows: int, g, sgd: bool) -> dict:
+    """Embedding-like 32-column rows, 4 clients of 2 examples: each moves 4 rows every client
+    moves (frequent tokens) and 4 of its own, Gaussian on those rows; elsewhere exactly 0 (AdamW's
+    first step where g = 0) or, ``sgd``, dense rows 10⁴ times smaller (the tied LM head's gradient
+    on every row, shared across clients)."""
+    common = torch.randn(4, 32, generator=g)
+    background = torch.randn(rows, 32, generator=g)
+    out = {}
+    for i in range(4):
+        u = 1e-4 * background + 1e-4 * 0.3 * torch.randn(rows, 32, generator=g) if sgd \
+            else torch.zeros(rows, 32)
+        own = 4 + 4 * i + torch.arange(4)
+        u[:4] = common + torch.randn(4, 32, generator=g)
+        u[own] = torch.randn(4, 32, generator=g)
+        out[f"c{i}"] = OrderedDict(w=u)
+    return out
+
+
+def test_rho_dimension_sweep_old_reading_grows_rank_reading_stays_in_band():
+    """Issue 23: at bart-base-chinese's size ρ was 616 under ``update_direction``.  Its unit-RMS
+    scaling makes the k moved entries of d ~ sqrt(d/k) large, and the softmax concentrates on them
+    exponentially: with the same 8 rows moved, ρ grows with the table (64 → 1,024 → 16,384 rows:
+    ~20–80 → ~10⁹ → non-finite once a ratio overflows).  Under ``update_direction_rank`` ρ stays
+    within [1.5, 3.5] at every size and structure, and on dense Gaussian updates (where unit RMS
+    is already a normal score) both readings give exp(2(1 − r)) at every size, within 3 %."""
+    g = torch.Generator().manual_seed(3)
+    w_small = lambda n: OrderedDict(w=torch.zeros(n))  # noqa: E731
+    dense = {}
+    for d in (1 << 10, 1 << 14, 1 << 18):
+        ups = _dense_updates(d, g)
+        dense[d] = {r: _round_rho(r, w_small(d), ups)
+                    for r in ("update_direction", "update_direction_rank")}
+    # Δ_c = s + n_c, mean = s + n̄ (Var n̄ = 1/4): r = 1.25 / sqrt(2 · 1.25), ρ = exp(2(1 − r))
+    r = 1.25 / math.sqrt(2 * 1.25)
+    for d, v in dense.items():
+        assert v["update_direction_rank"] == pytest.approx(math.exp(2 * (1 - r)), rel=0.03)
+        assert v["update_direction_rank"] == pytest.approx(v["update_direction"], rel=0.03)
+    for sgd in (False, True):
+        old, new = [], []
+        for rows in (64, 1024, 16384):
+            ups = _embedding_updates(rows, g, sgd)
+            w_t = OrderedDict(w=torch.zeros(rows, 32))
+            old.append(_round_rho("update_direction", w_t, ups))
+            new.append(_round_rho("update_direction_rank", w_t, ups))
+        # measured: rank 2.45, 3.00, 2.41 (AdamW-like), 2.70, 2.72, 2.00 (SGD-like); unit RMS
+        # 21, 8e8, nan and 78, 1e10, nan
+        assert all(1.5 <= x <= 3.5 for x in new), new
+        assert old[0] < 100 and old[1] > 1e6 * old[0], old
+        assert not math.isfinite(old[2]) or old[2] > old[1], old
 
 
 # ----------------------------------------------------------------------------- literal: ρ − 1 = O(δ²)

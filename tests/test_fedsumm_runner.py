@@ -274,14 +274,21 @@ def test_guidance_travels_to_clients_and_the_server_updates_mg_and_rho_from_repl
     assert log[1]["guidance_bytes_down"] == log[1]["bytes_down"] // 2  # g̃ is as large as w_t
 
 
-def test_round_log_holds_the_rho_distribution_and_the_update_difference(world, tmp_path, spy):
-    """A FedSUMM cell under the ``update_direction`` reading: every round's log has each
+@pytest.mark.parametrize("reading, train", [
+    ("update_direction", {}),
+    # the configs' reading and optimizer since issue 23
+    ("update_direction_rank", {"optimizer": "sgd", "lr": 0.5}),
+])
+def test_round_log_holds_the_rho_distribution_and_the_update_difference(
+    world, tmp_path, spy, reading, train
+):
+    """A FedSUMM cell under an update-direction reading: every round's log has each
     client's distribution of ρ − 1 and the difference of the server update from FedAvg's, which
     equals the one recomputed from the models the clients sent and the new global model; a rerun
     gives the same bits."""
-    algorithm = {"epsilon": 0.1, "dldt": "inner_product", "reading": "update_direction"}
+    algorithm = {"epsilon": 0.1, "dldt": "inner_product", "reading": reading}
     cell = _cell(world, tmp_path, "ct", "FedSUMM", "ud", algorithm=algorithm,
-                 keep_round_checkpoints=True)
+                 keep_round_checkpoints=True, train=train)
     out = _run(cell)
     log = _rounds(out)
     for t, entry in enumerate(log, start=1):
@@ -301,11 +308,12 @@ def test_round_log_holds_the_rho_distribution_and_the_update_difference(world, t
         # per-tensor ρ: the step is not FedAvg's rescaled
         assert diff["rel_diff_beyond_scale"] > 1e-3 and "rel_diff_vs_rank" in diff
     again = _run(_cell(world, tmp_path, "ct", "FedSUMM", "ud2", algorithm=algorithm,
-                       keep_round_checkpoints=True))
+                       keep_round_checkpoints=True, train=train))
     for name in ("adapters.safetensors", "train_log.json"):
         assert (out / name).read_bytes() == (again / name).read_bytes()
     # FedAvg logs ρ under the same reading, without an update difference
-    avg = _rounds(_run(_cell(world, tmp_path, "ct", "FedAvg", "ud-avg", algorithm=algorithm)))
+    avg = _rounds(_run(_cell(world, tmp_path, "ct", "FedAvg", "ud-avg", algorithm=algorithm,
+                             train=train)))
     assert avg[0]["rho"] == log[0]["rho"] and avg[0]["rho_statistics"] == log[0]["rho_statistics"]
     assert all("update_difference" not in e for e in avg)
 

@@ -319,6 +319,142 @@ def fedsumm_clients(
     return out
 
 
+# -- FedSUMM: length-skewed (non-i.i.d.) clients ----------------------------------------------
+FEDSUMM_SPLITS = ("iid", "dirichlet_length")
+"""``partitions.fedsumm.split``: :func:`fedsumm_clients` (i.i.d. equal parts) or
+:func:`fedsumm_length_skew_clients` (equal parts, Dirichlet mixtures over source-length buckets)."""
+
+
+def length_bucket_edges(train_lengths: Sequence[int], buckets: int) -> list[int]:
+    """The ``buckets − 1`` inner edges of the length buckets: the training lengths at sorted ranks
+    ``⌊k·n/B⌋`` (k = 1 … B−1).  An example of length x is in bucket ``#{edges ≤ x}`` (0 … B−1), so
+    the buckets are the training set's B length quantiles (equal lengths stay in one bucket)."""
+    lengths = sorted(int(x) for x in train_lengths)
+    if buckets < 2 or not lengths:
+        raise InputError(f"length buckets need >= 2 buckets and training records, got {buckets}")
+    return [lengths[(k * len(lengths)) // buckets] for k in range(1, buckets)]
+
+
+def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
+    """Integers summing to ``total`` proportional to ``weights`` (Hamilton's method; ties to the
+    lower index)."""
+    raw = total * weights / weights.sum()
+    out = np.floor(raw).astype(int)
+    rest = total - int(out.sum())
+    order = sorted(range(len(raw)), key=lambda b: (-(raw[b] - out[b]), b))
+    for b in order[:rest]:
+        out[b] += 1
+    return out
+
+
+def fit_to_supply(
+    wanted: np.ndarray, rows: np.ndarray, columns: np.ndarray, tol: float = 1e-9, max_iter: int = 10_000
+) -> np.ndarray:
+    """Iterative proportional fitting (Sinkhorn): ``diag(u)·W·diag(v)`` with row sums ``rows`` and
+    column sums ``columns`` (equal totals), W floored at 1e-12 of its row so every cell may take a
+    share; a column of sum 0 stays 0.  Stops when every sum is within ``tol``·total."""
+    total = float(rows.sum())
+    if abs(total - float(columns.sum())) > 1e-9 * max(total, 1.0):
+        raise ValueError("row and column totals differ")
+    t = np.asarray(wanted, dtype=np.float64)
+    t = t + 1e-12 * t.sum(axis=1, keepdims=True) + 1e-300
+    t[:, columns == 0] = 0.0
+    for _ in range(max_iter):
+        col = t.sum(axis=0)
+        t *= np.divide(columns, col, out=np.zeros_like(col), where=col > 0)[None, :]
+        row = t.sum(axis=1)
+        t *= np.divide(rows, row, out=np.zeros_like(row), where=row > 0)[:, None]
+        if np.abs(t.sum(axis=0) - columns).max() <= tol * max(total, 1.0):
+            break
+    return t
+
+
+def fedsumm_length_skew_clients(
+    ids_by_split: Mapping[str, Sequence[str]],
+    lengths: Mapping[str, int],
+    num_clients: int,
+    seed: int,
+    corpus: str,
+    alpha: float,
+    buckets: int = 5,
+) -> Manifest:
+    """FedSUMM's heterogeneous clients (``partitions.fedsumm.split: dirichlet_length``): every
+    client holds the same number of examples as under :func:`fedsumm_clients` (each split cut into N
+    near-equal parts), but its examples follow its own mixture over source-length buckets.
+
+    The paper's subject is clients whose texts differ ("statistical diversity of text … different
+    local data have different semantic information", §III-C) but it does not say how its N-client
+    splits were made.  The length of the source is a heterogeneity every corpus has (only THUCNews
+    carries a topic label); it changes what a summary must compress and what a 512-token model sees.
+
+    1. Buckets: the B quantiles of the training sources' lengths (``lengths[id]``: characters of
+       the input), :func:`length_bucket_edges`; val/test examples use the same edges.
+    2. Client c draws its mixture ``q_c ~ Dir(α·1_B)`` (seeded by (seed, corpus, N, α, B); the
+       Dirichlet prior of Hsu et al. 2019, per client).  α → ∞: every client mirrors the corpus;
+       α → 0: each client's examples come from one bucket as far as that bucket lasts.
+    3. Per split (train, val, test alike, so a client's test data follow its training mixture):
+       client sizes m_c as :func:`equal_parts` (the plain mean of FedAvg/FedSUMM stays the mean
+       of near-equal shares).  The wanted counts ``m_c·q_c`` are fitted to the buckets' supplies
+       by iterative proportional fitting (:func:`fit_to_supply`: ``T = diag(u)·(m q)·diag(v)`` with
+       row sums m_c and column sums the bucket sizes; every client's mixture rescaled by the same
+       per-bucket factors, so no client is served first), then rounded client by client
+       (:func:`_largest_remainder`; clients in index order; a client whose rounded want exceeds
+       what a bucket has left takes the rest from its next-largest buckets -- a few examples at
+       most).  Each bucket's ids are shuffled (seeded per split and bucket) and dealt in that order.
+       Every id is assigned and every client gets its m_c ≥ 1 examples.
+
+    Returns ``{"<corpus>-NNN": {split: sorted ids}}`` as :func:`fedsumm_clients` (same client names,
+    same sizes); disjoint, covering every id.
+    """
+    missing = [s for s in ("train", "test") if not ids_by_split.get(s)]
+    if missing:
+        raise InputError(
+            f"FedSUMM's {corpus} clients need a train and a test split; the prepared {corpus} "
+            f"records have no {' or '.join(missing)} split (splits: {sorted(ids_by_split)})"
+        )
+    if not (alpha > 0 and math.isfinite(alpha)):
+        raise InputError(f"partitions.fedsumm.alpha must be a finite number > 0, got {alpha!r}")
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
+        raise InputError(f"partitions.fedsumm.length_buckets must be an integer >= 2, got {buckets!r}")
+    unknown = [i for ids in ids_by_split.values() for i in ids if i not in lengths]
+    if unknown:
+        raise InputError(f"{corpus}: no source length for record {unknown[0]}")
+    edges = np.asarray(length_bucket_edges([lengths[i] for i in ids_by_split["train"]], buckets))
+    clients = [f"{corpus}-{k + 1:03d}" for k in range(num_clients)]
+    rng = _rng(seed, "fedsumm-length", corpus, num_clients, f"{alpha!r}", buckets)
+    mixtures = rng.dirichlet(np.full(buckets, float(alpha)), size=num_clients)
+    out: Manifest = {c: {} for c in clients}
+    for split in sorted(ids_by_split):
+        ids = sorted(ids_by_split[split])
+        if len(ids) < num_clients:
+            raise InputError(f"{corpus} {split} has {len(ids)} examples, fewer than {num_clients} clients")
+        which = np.searchsorted(edges, [lengths[i] for i in ids], side="right")
+        pools = [
+            _shuffled([i for i, b in zip(ids, which) if b == k], seed, "fedsumm-length", corpus, split, k)
+            for k in range(buckets)
+        ]
+        sizes = np.diff(np.linspace(0, len(ids), num_clients + 1).round().astype(int))
+        supply = np.array([len(pool) for pool in pools])
+        plan = fit_to_supply(sizes[:, None] * mixtures, sizes, supply)
+        dealt = [0] * buckets  # ids of each bucket handed out so far
+        for c in range(num_clients):
+            want = _largest_remainder(int(sizes[c]), plan[c])
+            left = [int(supply[k]) - dealt[k] for k in range(buckets)]
+            take = [min(int(want[k]), left[k]) for k in range(buckets)]
+            short = int(sizes[c]) - sum(take)
+            for k in sorted(range(buckets), key=lambda b: (-plan[c, b], b)):
+                extra = min(short, left[k] - take[k])
+                take[k] += extra
+                short -= extra
+            assert short == 0  # the ids left are the sizes still to fill
+            got: list[str] = []
+            for k in range(buckets):
+                got += pools[k][dealt[k] : dealt[k] + take[k]]
+                dealt[k] += take[k]
+            out[clients[c]][split] = sorted(got)
+    return out
+
+
 # -- manifests and files ---------------------------------------------------------------------
 def check_disjoint(manifest: Manifest) -> None:
     """Every id appears at most once across clients and splits."""

@@ -36,6 +36,36 @@ def fedsum_empty_clients(f: dict) -> dict:
     return {"empty_clients": mode, "max_redraws": int(limit)}
 
 
+DEFAULT_FEDSUMM_ALPHA = 0.5
+DEFAULT_LENGTH_BUCKETS = 5
+
+
+def fedsumm_split(s: dict) -> dict:
+    """How a FedSUMM N-client split is drawn (``partitions.fedsumm``): ``{}`` for ``split: iid``
+    (the default: :func:`fedrepro.data.partition.fedsumm_clients`, and setting parameters as before
+    the key existed, so an i.i.d. split is not redrawn), else ``split``, ``alpha`` and
+    ``length_buckets`` of :func:`fedrepro.data.partition.fedsumm_length_skew_clients`.  They are part
+    of the setting, so the partition rule's params change with them and the split is redrawn."""
+    split = s.get("split", "iid")
+    if split not in P.FEDSUMM_SPLITS:
+        raise InputError(
+            f"partitions.fedsumm.split must be one of {list(P.FEDSUMM_SPLITS)}, got {split!r}"
+        )
+    alpha = s.get("alpha", DEFAULT_FEDSUMM_ALPHA)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (
+        math.isfinite(alpha) and alpha > 0
+    ):
+        raise InputError(f"partitions.fedsumm.alpha must be a finite number > 0, got {alpha!r}")
+    buckets = s.get("length_buckets", DEFAULT_LENGTH_BUCKETS)
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
+        raise InputError(
+            f"partitions.fedsumm.length_buckets must be an integer >= 2, got {buckets!r}"
+        )
+    if split == "iid":
+        return {}
+    return {"split": split, "alpha": float(alpha), "length_buckets": int(buckets)}
+
+
 def settings(config: dict) -> dict[str, dict]:
     """``{setting name: {"sources": [...], "kind": ..., params}}`` for every split in the config."""
     p = config.get("partitions") or {}
@@ -61,13 +91,14 @@ def settings(config: dict) -> dict[str, dict]:
         out["fedmcp-crosstask"] = {"sources": ["glue"], "kind": "fedmcp", "tasks": list(p["fedmcp"]["tasks"])}
     if "fedsumm" in p:
         s = p["fedsumm"]
+        how = fedsumm_split(s)  # {} for the i.i.d. default
         for corpus in s["corpora"]:
             for n in s["num_clients"]:
-                out[f"fedsumm-{corpus}-n{n}"] = {"sources": [corpus], "kind": "fedsumm", "num_clients": int(n)}
+                out[f"fedsumm-{corpus}-n{n}"] = {"sources": [corpus], "kind": "fedsumm", "num_clients": int(n), **how}
                 # FedSUMM's non-federated regimes over the same N-client split: "single" trains on
                 # one client's data (the first client), "all" on the union of every client's data
-                out[f"fedsumm-{corpus}-n{n}-single"] = {"sources": [corpus], "kind": "fedsumm_single", "num_clients": int(n)}
-                out[f"fedsumm-{corpus}-n{n}-all"] = {"sources": [corpus], "kind": "fedsumm_all", "num_clients": int(n)}
+                out[f"fedsumm-{corpus}-n{n}-single"] = {"sources": [corpus], "kind": "fedsumm_single", "num_clients": int(n), **how}
+                out[f"fedsumm-{corpus}-n{n}-all"] = {"sources": [corpus], "kind": "fedsumm_all", "num_clients": int(n), **how}
     return out
 
 
@@ -143,7 +174,15 @@ def build_manifest(setting: dict, record_files: dict[str, str], seed: int) -> P.
         return P.fedmcp_cross_task({t: by_task[t] for t in setting["tasks"]}, seed)
     if kind in ("fedsumm", "fedsumm_single", "fedsumm_all"):
         (name,) = setting["sources"]
-        clients = P.fedsumm_clients(_source_ids(recs, record_files, name), setting["num_clients"], seed, name)
+        by_split = _source_ids(recs, record_files, name)
+        if setting.get("split", "iid") == "dirichlet_length":
+            lengths = {r["id"]: len(r["input"]) for r in recs[name] if r.get("source") == name}
+            clients = P.fedsumm_length_skew_clients(
+                by_split, lengths, setting["num_clients"], seed, name, float(setting["alpha"]),
+                int(setting["length_buckets"]),
+            )
+        else:
+            clients = P.fedsumm_clients(by_split, setting["num_clients"], seed, name)
         if kind == "fedsumm_single":
             first = sorted(clients)[0]
             return {first: clients[first]}

@@ -64,6 +64,22 @@ same for every client, and neither the sort of MG nor Fig. 6 can show anything. 
   points elsewhere than the mean update.
 * ``update_direction_raw``: the same without the unit-RMS scaling (σ of the raw updates, whose
   entries are O(δ): as inert as ``literal``; kept to show it).
+* ``update_direction_rank`` (issue 23): as ``update_direction``, but each tensor of the update
+  direction (the client's and the round's mean update) is replaced by its rank-based normal
+  scores before the softmax (:func:`normal_scores`: ``Φ^{-1}`` of the mid-rank of each entry,
+  §III-C's "normalizing … gradient parameters" read as normalising the *distribution* of the
+  entries, not only their scale).  Every tensor's softmax input is then standard normal over
+  its entries whatever the model size, the scale of the step, its tails or its sparsity, so ρ
+  depends only on how the client's direction ranks its entries against the mean direction (an
+  AdamW first step ≈ lr·sign(g) ranks as its signs: two tied halves): for a Gaussian copula of
+  correlation r, ``ρ_expected → exp(2(1 − r))`` (``rho_reduction: mean``: ``exp(1 − r)``), 1 at r
+  = 1, growing as the client's direction departs from the mean one.  Under ``update_direction``
+  the unit-RMS entries of a sparse or heavy-tailed tensor reach ~sqrt(d/k) (k entries moved of
+  d: the rows of a position table or vocabulary a batch touches), the softmax concentrates
+  exponentially on them and ρ grows with those tables, i.e. with the model (ρ ≈ 400–600 at
+  bart-base-chinese's 116 M parameters with AdamW, NaN with SGD, against 1.2–1.8 at demo size);
+  under this reading ρ ≈ 1.8–2.5 at every size from 62 K to 116 M parameters with either
+  optimizer (one local step from random weights; issue 23, docs/decisions-fedsumm.md, *ρ at paper scale*).
 
 Every reading keeps eq. 5's ratio of sums over t ∈ T (``rho_window``), the scalar reduction
 (``rho_reduction``) per softmax group, and the adapter's form ``g̃ = MG[v]·ε·ρ``.  Per round the
@@ -133,7 +149,14 @@ from fedrepro.io import InputError, atomic_path
 
 Tensors = Mapping[str, torch.Tensor]
 
-READINGS = ("literal", "per_tensor", "per_layer", "update_direction", "update_direction_raw")
+READINGS = (
+    "literal",
+    "per_tensor",
+    "per_layer",
+    "update_direction",
+    "update_direction_raw",
+    "update_direction_rank",
+)
 """Readings of eq. 5–6 and of how ρ modulates (``fedsumm.algorithm.reading``, module docstring)."""
 
 _CHOICES = {
@@ -163,8 +186,9 @@ class FedSummConfig:
     """Every reading of Algorithm 1 / eq. 4–7 that the paper leaves open (module docstring).
 
     The defaults here are the text as printed (``reading="literal"``); both configs choose
-    ``reading: update_direction``, the one reading under which ρ and the sort of MG act
-    (docs/decisions-fedsumm.md, *Readings of the modulation*).
+    ``reading: update_direction_rank`` (issue 23): like ``update_direction`` one of the readings
+    under which ρ and the sort of MG act, and the one whose ρ does not grow with the parameter
+    count (docs/decisions-fedsumm.md, *Readings of the modulation* and *ρ at paper scale*).
     """
 
     epsilon: float = 0.1
@@ -222,8 +246,19 @@ class FedSummConfig:
 
     @property
     def normalize_input(self) -> bool:
-        """Each tensor of the softmax input scaled to unit RMS first (``update_direction``)."""
-        return self.reading == "update_direction"
+        """Each tensor of the softmax input normalised first (``update_direction``: to unit RMS;
+        ``update_direction_rank``: to its rank-based normal scores)."""
+        return self.reading in ("update_direction", "update_direction_rank")
+
+    @property
+    def direction_transform(self) -> str:
+        """What each tensor of an update direction becomes before eq. 6's softmax: ``none``
+        (``update_direction_raw``), ``unit_rms`` (``update_direction``, :func:`unit_rms`) or
+        ``normal_scores`` (``update_direction_rank``, :func:`normal_scores`); ``none`` for the
+        weight-based readings (their input is the raw parameters)."""
+        return {"update_direction": "unit_rms", "update_direction_rank": "normal_scores"}.get(
+            self.reading, "none"
+        )
 
     @property
     def per_group_modulation(self) -> bool:
@@ -689,6 +724,66 @@ def unit_rms(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().float()
     rms = math.sqrt(float(t.double().pow(2).mean())) if t.numel() else 0.0
     return t / rms if rms > 0 else torch.zeros_like(t)
+
+
+SCORE_BUCKETS = 1 << 16
+""":func:`normal_scores` ranks the entries of a tensor truncated to their top 16 bits (sign, 8-bit
+exponent, 7 mantissa bits: bfloat16 rounded toward zero), so a tensor has at most this many
+distinct scores."""
+
+
+def normal_scores(t: torch.Tensor) -> torch.Tensor:
+    """Rank-based inverse normal transform of a tensor's entries (``update_direction_rank``).
+
+    FedSUMM eq. 6 takes a softmax over "normalized … gradient parameters" (§III-C).  The
+    ``update_direction`` reading normalises each tensor of the update to unit RMS; this one
+    normalises the whole *distribution* of its entries: entry i becomes
+
+        ``z_i = Φ^{-1}((#{j : x_j < x_i} + #{j : x_j = x_i} / 2) / d)``
+
+    (the mid-distribution function of the tensor's d entries: ties share their mid-rank), with
+    ``x`` the entries truncated toward zero to bfloat16 — their top 16 bits, i.e. the values
+    rounded to 8 significant bits (relative resolution 2^-7; ±0 are one value).  So the scores are
+    standard normal over the entries of every tensor (exactly so, up to ties and that rounding),
+    whatever the tensor's size, sparsity or tails, and invariant to any increasing transform of the
+    entries up to that rounding (a positive power-of-two scale exactly, bit for bit; any other
+    positive scale or power moves only entries across rounding buckets).  AdamW's first step
+    ``lr·g/(|g| + eps)`` is ±lr to within 2^-8 wherever |g| > 256·eps, so it ranks as the signs of
+    g (two tied halves, scores ≈ ±Φ^{-1}(3/4)) where SGD's ``lr·g`` ranks as g.  A zero tensor (one
+    tie) gets scores 0; a constant tensor likewise.
+
+    Cost O(d): the truncated values are bucket indices of a 2^16-bucket histogram
+    (``torch.bincount``), the mid-ranks a cumulative sum over the buckets and the scores one table
+    look-up per entry (``index_select``); no sort.  Integer counts and one float64 table: the same
+    bits on every run.  Returns float32 of ``t``'s shape.
+    """
+    x = t.detach().reshape(-1).float()
+    d = x.numel()
+    if d == 0:
+        return torch.zeros_like(x).reshape(t.shape)
+    key = (x + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0 (a new tensor)
+    # IEEE bits -> an int32 key in the float order: negative floats have all but the sign bit
+    # flipped; the top 16 bits of the key are the bucket (its sign, exponent, 7 mantissa bits)
+    key ^= (key >> 31) & 0x7FFFFFFF
+    key >>= 16
+    key += SCORE_BUCKETS // 2
+    counts = torch.bincount(key, minlength=SCORE_BUCKETS).to(torch.float64)
+    below = torch.cumsum(counts, 0).sub_(counts)
+    table = torch.special.ndtri(below.add_(counts, alpha=0.5).div_(d)).to(torch.float32)
+    return table.index_select(0, key).reshape(t.shape)
+
+
+def update_direction(t: torch.Tensor, transform: str) -> torch.Tensor:
+    """One tensor of an update ``w^c − w_t`` (or of the round's mean update) as eq. 6's softmax
+    input under ``transform`` (:attr:`FedSummConfig.direction_transform`): unchanged (float32),
+    :func:`unit_rms` or :func:`normal_scores`."""
+    if transform == "unit_rms":
+        return unit_rms(t)
+    if transform == "normal_scores":
+        return normal_scores(t)
+    if transform == "none":
+        return t.detach().float()
+    raise InputError(f"unknown update-direction transform {transform!r}")
 
 
 def discrepancy_ratios(
@@ -1477,7 +1572,7 @@ class FedSummServer:
             shape = {k: _shape(w_t, k) for k in w_t}
 
             def direction(t: torch.Tensor) -> torch.Tensor:
-                return unit_rms(t) if cfg.normalize_input else t.detach().float()
+                return update_direction(t, cfg.direction_transform)
 
             inputs = {
                 c: LazyTensors(

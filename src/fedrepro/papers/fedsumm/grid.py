@@ -69,6 +69,19 @@ NOT_PUBLIC = {"education"}
 BACKBONE_DIR = f"{RESULTS}/fedsumm/backbone/bart-base-chinese"
 
 
+OPTIMIZERS = ("sgd", "adamw")
+"""``fedsumm.train.optimizer``: ``sgd`` (eq. 3, Algorithm 1's ``w ← w − δ∇``) or ``adamw`` (ours)."""
+
+
+def train_optimizer(train: dict) -> str:
+    """``fedsumm.train.optimizer`` of a train block (``adamw`` when absent); an unknown value is an
+    InputError naming the key."""
+    name = train.get("optimizer", "adamw")
+    if name not in OPTIMIZERS:
+        raise InputError(f"fedsumm.train.optimizer must be one of {list(OPTIMIZERS)}, got {name!r}")
+    return name
+
+
 def fedsumm_cfg(config: dict) -> dict:
     try:
         return config["fedsumm"]
@@ -376,6 +389,7 @@ def make_cell(
         raise InputError(f"FedSUMM corpus {corpus}: {corpus_status(config, corpus)}")
     clients = client_names(corpus, n)
     train = dict(f["train"])
+    train_optimizer(train)
     algorithm = dict(f.get("algorithm") or {})
     dp = _dp_block(
         dict(f.get("dp") or {}),

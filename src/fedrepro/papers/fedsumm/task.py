@@ -26,7 +26,8 @@ Regimes
 
 The FedAvg and FedSUMM clients run the same function (:func:`client_train_round`, i.e.
 :func:`fedrepro.papers.fedsumm.algorithm.fedsumm_local_update`); they differ only by what the server
-does and sends.  Clients are stateless: a fresh optimizer (AdamW) every round, w_t loaded whole.
+does and sends.  Clients are stateless: a fresh optimizer (``fedsumm.train.optimizer``: plain SGD,
+eq. 3 and Algorithm 1's ``w ← w − δ∇``, or AdamW) every round, w_t loaded whole.
 
 Wire format: the shared tensors are every trainable parameter, sent in *sorted name order* (the
 order the runner's checkpoints load back in), on the CPU.
@@ -468,12 +469,23 @@ def guidance_from_records(records: Mapping | None, model, where: str) -> ClientG
 
 
 def _optimizer(cell: Mapping, model) -> torch.optim.Optimizer:
+    """The local optimizer of ``fedsumm.train.optimizer`` over the trainable parameters, lr δ =
+    ``fedsumm.train.lr``.
+
+    ``sgd``: plain SGD, FedSUMM's local update -- eq. 3 ``w_k ← w_{k−1} − (η/batch) Σ_{i∈batch}
+    ∇f_i(w)`` and Algorithm 1's ClientUpdate ``w ← w − δ∇M(w, b)`` (no momentum; ``weight_decay``
+    adds ``weight_decay·w`` to the gradient).  ``adamw`` (default when the key is absent):
+    ``torch.optim.AdamW`` (decoupled weight decay), not in the paper.  Federated clients build a
+    fresh one every round; ``single`` / ``all`` keep one across rounds (checkpointed).
+    """
+    from fedrepro.papers.fedsumm.grid import train_optimizer
+
     t = cell["train"]
-    return torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=float(t["lr"]),
-        weight_decay=float(t.get("weight_decay", 0.0)),
-    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    lr, decay = float(t["lr"]), float(t.get("weight_decay", 0.0))
+    if train_optimizer(t) == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=decay)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=decay)
 
 
 def _finite(stats: Mapping) -> dict:
@@ -555,7 +567,7 @@ def _local_state_paths(cell: Mapping, round_index: int) -> Path:
 def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     """``single`` / ``all``: train one model on the pooled training data of ``cell['clients']`` for
     ``rounds × local_epochs`` epochs (the federated regimes' budget), one round at a time with the
-    model and AdamW state checkpointed, so that a killed run resumes bit-identically; the model is
+    model and optimizer state checkpointed, so that a killed run resumes bit-identically; the model is
     evaluated on the N clients' data after every round (the curves of Fig. 3-5)."""
     from fedrepro.fl.checkpoint import checkpoint_paths, prepare_checkpoints
     from fedrepro.fl.checkpoint import load_state, save_state
