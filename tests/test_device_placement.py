@@ -49,6 +49,14 @@ def _on_device(cell: dict) -> Path:
     return out
 
 
+def _check(cell: dict, tmp_path: Path, compare_with_cpu: bool) -> None:
+    """The cell on the stand-in accelerator; with ``compare_with_cpu`` also on the CPU, the two
+    compared (:func:`_same_results`)."""
+    dev = _on_device(cell)
+    if compare_with_cpu:
+        _same_results(_run(dict(cell, out_dir=str(tmp_path / "cpu"))), dev)
+
+
 def _numbers(x, path=""):
     if isinstance(x, dict):
         return {k2: v for k, v in x.items() for k2, v in _numbers(v, f"{path}/{k}").items()}
@@ -159,7 +167,7 @@ def test_moon_fails_without_its_fix_and_matches_the_cpu_with_it(mcp_world, tmp_p
         _on_device(dict(cell, out_dir=str(tmp_path / "moon-bug")))
 
 
-# -- FedSum: the 12 methods (baselines and ablations) ---------------------------------------------
+# -- FedSum: every method (Separate, the baselines, FedSum and its ablations) ---------------------------------------------
 @pytest.fixture(scope="module")
 def sum_world(tmp_path_factory):
     import test_fedsum_runner as T
@@ -170,19 +178,14 @@ def sum_world(tmp_path_factory):
 def _sum_methods():
     from fedrepro.papers.fedsum.task import METHODS
 
-    return sorted(m for m in METHODS if m != "Separate")
+    return sorted(METHODS)
 
 
 @pytest.mark.parametrize("method", _sum_methods())
 def test_fedsum_method_runs_on_an_accelerator(sum_world, tmp_path, method):
     import test_fedsum_runner as T
 
-    cell = T._cell(sum_world, tmp_path, method, name=f"{method}-dev")
-    if method == "FedSum":
-        cpu = _run(dict(cell, out_dir=str(tmp_path / "cpu")))
-        _same_results(cpu, _on_device(cell))
-    else:
-        _on_device(cell)
+    _check(T._cell(sum_world, tmp_path, method, name=f"{method}-dev"), tmp_path, method == "FedSum")
 
 
 # -- FedSUMM: the three models x the federated regimes, single/all locally -------------------------
@@ -198,12 +201,8 @@ def summ_world(tmp_path_factory):
 def test_fedsumm_cell_runs_on_an_accelerator(summ_world, tmp_path, model, regime):
     import test_fedsumm_runner as T
 
-    cell = T._cell(summ_world, tmp_path, model, regime, f"{model}-{regime}-dev")
-    if (model, regime) == ("bart", "FedSUMM"):
-        cpu = _run(dict(cell, out_dir=str(tmp_path / "cpu")))
-        _same_results(cpu, _on_device(cell))
-    else:
-        _on_device(cell)
+    _check(T._cell(summ_world, tmp_path, model, regime, f"{model}-{regime}-dev"), tmp_path,
+           (model, regime) == ("bart", "FedSUMM"))
 
 
 # -- AdaFedSelecKD: the methods of the main tables and Table V ------------------------------------
@@ -229,8 +228,4 @@ def test_adafedseleckd_method_runs_on_an_accelerator(ada_world, tmp_path, method
         cell["server_optimizer"] = {"name": "adam", "eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-3}
     if method == "AdaFedProx":
         cell["train"]["prox_mu"] = 0.1
-    if method == "AdaFedSelectKD":
-        cpu = _run(dict(cell, out_dir=str(tmp_path / "cpu")))
-        _same_results(cpu, _on_device(cell))
-    else:
-        _on_device(cell)
+    _check(cell, tmp_path, method == "AdaFedSelectKD")
