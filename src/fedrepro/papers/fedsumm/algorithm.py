@@ -245,12 +245,6 @@ class FedSummConfig:
         return "update" if self.reading.startswith("update_direction") else "weights"
 
     @property
-    def normalize_input(self) -> bool:
-        """Each tensor of the softmax input normalised first (``update_direction``: to unit RMS;
-        ``update_direction_rank``: to its rank-based normal scores)."""
-        return self.reading in ("update_direction", "update_direction_rank")
-
-    @property
     def direction_transform(self) -> str:
         """What each tensor of an update direction becomes before eq. 6's softmax: ``none``
         (``update_direction_raw``), ``unit_rms`` (``update_direction``, :func:`unit_rms`) or
