@@ -167,6 +167,7 @@ def kill_and_rerun(workdir: Path, call: str, args: list, out_dirs: list[str], ki
     (Snakemake would not run it again)."""
     ckpt = workdir / out_dirs[0] / "checkpoints"
     fault = {"match": match, "nth": nth} if kind == "write" else None
+    ran_s = None
     proc = start(workdir, call, args, "killed", fault)
     deadline = time.monotonic() + timeout
     if kind == "start":
@@ -185,10 +186,12 @@ def kill_and_rerun(workdir: Path, call: str, args: list, out_dirs: list[str], ki
         while not (ckpt / "cell_config.json").exists() and proc.poll() is None:
             assert time.monotonic() < deadline, "the cell never started"
             time.sleep(0.005)
+        t0 = time.monotonic()
         try:
             proc.wait(timeout=at)
         except subprocess.TimeoutExpired:
             pass
+        ran_s = time.monotonic() - t0
         _kill(proc)
     elif kind == "write":
         proc.wait(timeout=timeout)
@@ -198,8 +201,8 @@ def kill_and_rerun(workdir: Path, call: str, args: list, out_dirs: list[str], ki
     else:
         raise ValueError(kind)
     at_kill = {d: state_at_kill(workdir, d) for d in out_dirs}
-    if proc.returncode == 0:
-        return {"killed_rc": 0, "at_kill": at_kill, "rerun": None}
+    if proc.returncode == 0:  # finished before the kill: nothing to rerun (see check_kill_and_rerun)
+        return {"killed_rc": 0, "at_kill": at_kill, "rerun": None, "ran_s": ran_s}
     assert proc.returncode == -signal.SIGKILL, (workdir / "killed.err").read_text()[-3000:]
     finish(start(workdir, call, args, "rerun"), workdir, "rerun", timeout)
     return {"killed_rc": proc.returncode, "at_kill": at_kill,
@@ -219,6 +222,30 @@ def cell_job(cell: dict, out_dir: str = "out") -> tuple[str, list]:
         cell, f"{out_dir}/adapters.safetensors", f"{out_dir}/train_log.json", f"{out_dir}/provenance.json"]
 
 
+RESEEDS = 2  # re-drawn moments for a kill that came after the job had finished
+
+
+def _check_state_at_kill(work: Path, kind: str, plan: dict, res: dict, out_dirs: list[str]) -> None:
+    """The disk state each cell was killed in is the one the fault aimed at.
+
+    For every kind: the rounds the runner reads as complete are exactly the server checkpoints
+    the killed process finished writing (nothing lost, nothing half-written read as complete).
+    ``start``: no round of the first cell; ``after_round``: at least round ``nth`` of it;
+    ``write``: the killed process completed exactly ``nth - 1`` writes onto ``match`` paths (it
+    died inside the ``nth``)."""
+    for d in out_dirs:
+        done = trained_rounds(work, "killed", d)
+        assert res["at_kill"][d]["rounds"] == max(done, default=0), (d, done, res["at_kill"][d])
+    first = res["at_kill"][out_dirs[0]]
+    if kind == "start":
+        assert first["rounds"] == 0 and not first["outputs"], first
+    elif kind == "after_round":
+        assert first["rounds"] >= plan["nth"], (plan, first)
+    elif kind == "write":
+        hits = [p for p in writes(work, "killed") if plan["match"] in p]
+        assert len(hits) == plan["nth"] - 1, (plan, hits)
+
+
 def check_kill_and_rerun(root: Path, job: tuple[str, list], out_dirs: list[str], rounds: int,
                          kind: str, seed: int, reference_s: float, writes_per_round: int = 0) -> dict:
     """Kill ``job`` (a fault of ``kind`` drawn with ``seed``) in a fresh folder under ``root``,
@@ -232,16 +259,31 @@ def check_kill_and_rerun(root: Path, job: tuple[str, list], out_dirs: list[str],
     if kind == "random":  # a moment in the cells' training (the process's start-up excluded)
         reference_s = 1.1 * sum(p["wall_time_s"] for p in provenance)
     plan = fault_plan(kind, seed, rounds, reference_s, writes_per_round, round_s)
-    work = root / f"{kind}-{seed}"
-    res = kill_and_rerun(work, *job, out_dirs, kind, **plan)
+    rng = random.Random(f"reseed/{kind}/{seed}")
+    for attempt in range(1 + RESEEDS):
+        work = root / (f"{kind}-{seed}" if attempt == 0 else f"{kind}-{seed}-reseed{attempt}")
+        res = kill_and_rerun(work, *job, out_dirs, kind, **plan)
+        if res["rerun"] is not None:
+            break
+        # The job finished before the planned moment (this run was faster than the reference):
+        # a kill that did not happen proves nothing, so the moment is re-drawn inside this run.
+        if kind == "random" and res.get("ran_s"):
+            plan = {"at": rng.uniform(0.0, 0.9) * res["ran_s"]}
+        elif kind == "after_round":
+            plan = {**plan, "delay": rng.uniform(0.0, 0.5) * plan["delay"]}
+        else:
+            break
+    assert res["rerun"] is not None, (
+        f"the {kind} kill (seed {seed}, plan {plan}) never happened: the job finished first "
+        f"{1 + RESEEDS} times -- the case tested nothing")
     res["plan"] = plan
+    _check_state_at_kill(work, kind, plan, res, out_dirs)
     for out_dir in out_dirs:
         assert_same_tree(root / "reference" / out_dir, work / out_dir)
-    if res["rerun"] is not None:
-        for out_dir in out_dirs:
-            state = res["at_kill"][out_dir]
-            expected = [] if state["trained"] else list(range(state["rounds"] + 1, rounds + 1))
-            assert res["rerun"][out_dir] == expected, (out_dir, res)
+    for out_dir in out_dirs:
+        state = res["at_kill"][out_dir]
+        expected = [] if state["trained"] else list(range(state["rounds"] + 1, rounds + 1))
+        assert res["rerun"][out_dir] == expected, (out_dir, res)
     report = os.environ.get("FEDREPRO_FAULT_REPORT")  # one JSON line per case, for a summary
     if report:
         with open(report, "a") as fh:

@@ -725,3 +725,37 @@ def test_write_and_collect_trace_round_trip(tmp_path):
     empty = {"out_dir": str(tmp_path / "none"), "train": {"rounds": 1}}
     task.collect_trace(empty, str(tmp_path / "empty.json"))
     assert read_json(tmp_path / "empty.json") == {"rounds": 1, "clients": {}}
+
+
+@pytest.mark.parametrize("correction", ["flower", "adam", "none"])
+def test_fedadam_bias_correction_key_against_kingma_and_reddi(task_identity, tmp_path, correction):
+    """``server_optimizer.bias_correction``: Flower's α_t uses the exponent t + 1 at server round t,
+    Adam's (Kingma & Ba) t, Reddi et al.'s Algorithm 2 none -- two rounds each, by hand."""
+    eta, b1, b2, tau = OPT["eta"], OPT["beta_1"], OPT["beta_2"], OPT["tau"]
+    s = AdaFedOptStrategy(_opt_cell("adam", bias_correction=correction), **_strategy_kwargs(tmp_path))
+    got = _run_rounds(s, [ROUND1, ROUND2], X0)
+    x = {k: np.asarray(v, dtype=np.float64) for k, v in X0.items()}
+    m = {k: np.zeros_like(v) for k, v in x.items()}
+    v = {k: np.zeros_like(v) for k, v in x.items()}
+    for t, clients in enumerate([ROUND1, ROUND2], start=1):
+        avg = _fedavg(clients)
+        e = {"flower": t + 1, "adam": t, "none": None}[correction]
+        eta_t = eta if e is None else eta * math.sqrt(1 - b2 ** e) / (1 - b1 ** e)
+        for k in x:
+            delta = avg[k] - x[k]
+            m[k] = b1 * m[k] + (1 - b1) * delta
+            v[k] = b2 * v[k] + (1 - b2) * delta ** 2
+            x[k] = x[k] + eta_t * m[k] / (np.sqrt(v[k]) + tau)
+            assert np.allclose(got[t - 1][k], x[k], rtol=1e-5, atol=1e-7), (correction, t, k)
+    # the three differ in round 1 (Adam's α_1 = √(1−β₂)/(1−β₁) = 1.0 at these β, Flower's ≈ 0.74)
+    if correction != "flower":
+        flower = _hand_fedopt("adam", [ROUND1])[0]
+        assert not np.allclose(got[0]["w"], flower["w"], rtol=1e-4, atol=0), correction
+
+
+def test_bias_correction_other_than_flower_is_refused_for_yogi_and_adagrad(tmp_path):
+    for name in ("yogi", "adagrad"):
+        with pytest.raises(InputError, match="bias_correction.*adam only"):
+            AdaFedOptStrategy(_opt_cell(name, bias_correction="adam"), **_strategy_kwargs(tmp_path))
+    with pytest.raises(InputError, match=r"bias_correction must be one of"):
+        AdaFedOptStrategy(_opt_cell("adam", bias_correction="reddi"), **_strategy_kwargs(tmp_path))

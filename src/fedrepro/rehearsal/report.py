@@ -292,19 +292,22 @@ def _method_base(method: str) -> str:
     return str(method).split("~", 1)[0]
 
 
-def adaptive_step_bound(name: str, eta: float, beta_1: float, beta_2: float, t: int) -> float:
+def adaptive_step_bound(name: str, eta: float, beta_1: float, beta_2: float, t: int,
+                        bias_correction: str = "flower") -> float:
     """η·K(t): the most Flower 1.41's FedOpt server moves one entry in round ``t`` (moments from
     round 1; step η_t·m_t/(√v_t + τ) with m_t = Σ_s (1−β₁)β₁^(t−s) Δ_s):
 
     * FedAdam: v_t = Σ_s (1−β₂)β₂^(t−s) Δ_s², η_t = η·√(1−β₂^(t+1))/(1−β₁^(t+1)) (Flower's bias
-      correction of round t); Cauchy-Schwarz: |m_t| <= √(Σ_k (1−β₁)²/(1−β₂)·(β₁²/β₂)^k)·√v_t;
+      correction of round t; ``bias_correction: adam`` uses the exponent t, ``none`` no
+      correction -- ``AdaFedOptStrategy``); Cauchy-Schwarz: |m_t| <= √(Σ_k (1−β₁)²/(1−β₂)·(β₁²/β₂)^k)·√v_t;
     * FedYogi: v_t >= (1−β₂)β₂^(t−s)Δ_s² for every s (β₂ >= 1/2), so
       |m_t|/√v_t <= (1−β₁)/√(1−β₂)·Σ_k (β₁/√β₂)^k;
     * FedAdagrad: v_t = Σ_s Δ_s²: |m_t|/√v_t <= (1−β₁)·√(Σ_k β₁^(2k)) (= 1 at Flower's β₁ = 0).
     """
     t = max(int(t), 1)
     if name == "adam":
-        bias = math.sqrt(1 - beta_2 ** (t + 1)) / (1 - beta_1 ** (t + 1))
+        e = {"flower": t + 1, "adam": t}.get(bias_correction)
+        bias = 1.0 if e is None else math.sqrt(1 - beta_2 ** e) / (1 - beta_1 ** e)
         q = beta_1 ** 2 / beta_2
         return eta * bias * (1 - beta_1) / math.sqrt(1 - beta_2) * math.sqrt(sum(q ** k for k in range(t)))
     if name == "yogi":
@@ -379,7 +382,8 @@ def expected_server_step(paper: str, method: str, cell: dict, entry: dict) -> di
             if name == "adagrad":  # AdaFedOptStrategy drops β for FedAdagrad (Flower fixes 0)
                 hp.update(beta_1=0.0, beta_2=0.0)
             t = int(entry.get("round") or 1)
-            bound = adaptive_step_bound(name, hp["eta"], hp["beta_1"], hp["beta_2"], t)
+            bound = adaptive_step_bound(name, hp["eta"], hp["beta_1"], hp["beta_2"], t,
+                                        str(opt.get("bias_correction", "flower")))
             return {"kind": "adaptive", "scale": bound,
                     "why": f"Fed{name.capitalize()} (η = {hp['eta']:g}, β₁ = {hp['beta_1']:g}, "
                            f"β₂ = {hp['beta_2']:g}), round {t}: |step_i| <= η·K(t) = {bound:.4g}"}

@@ -24,6 +24,7 @@ and FedProx's μ are config keys (docs/decisions.md).
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +39,11 @@ from fedrepro.fl.strategy import SortedCheckpointFedAvg
 from fedrepro.io import InputError, torch_save_atomic
 from fedrepro.papers.adafedseleckd.methods import get_method
 
+log = logging.getLogger(__name__)
+
+BIAS_CORRECTIONS = ("flower", "adam", "none")
+"""``adafedseleckd.server_optimizer.bias_correction`` (FedAdam only; see :class:`AdaFedOptStrategy`)."""
+
 SERVER_OPTIMIZERS = {"adam": FedAdam, "yogi": FedYogi, "adagrad": FedAdagrad}
 """``adafedseleckd.server_optimizer.name`` -> Flower's FedOpt strategy (Reddi et al. 2021)."""
 
@@ -49,6 +55,17 @@ class AdaFedOptStrategy(SortedCheckpointFedAvg):
     replies (FedAvg) and applies the adaptive update to the broadcast ``current_arrays``; its
     moment estimates m_t, v_t are the server state saved after every round (resume, same bits).
     The bias correction uses the absolute round, so a resumed run steps as an uninterrupted one.
+
+    FedAdam's bias correction (``server_optimizer.bias_correction``; FedYogi and FedAdagrad have
+    none in Flower): Reddi et al.'s Algorithm 2 has **no** bias correction; Flower's ``FedAdam``
+    scales η by Kingma & Ba's α_t = √(1 − β₂^(t+1)) / (1 − β₁^(t+1)) at server round t, i.e. one
+    round later than Adam's usual t (round 1 is corrected as Adam's step 2).  ``flower`` (both
+    configs' default: the library's step, today's bits); ``adam``: Adam's exponent t (Flower's
+    step given round t − 1, exact); ``none``: Reddi's η, no correction (η divided by Flower's
+    factor for that round before its step, equal to η up to one rounding).
+
+    FedAdagrad has no β₁ or β₂ (Flower fixes β₁ = 0: no momentum; v_t sums Δ²): the config's
+    ``beta_1``/``beta_2`` (set for adam/yogi in both configs) are ignored with a log line.
     """
 
     def __init__(self, cell: Mapping, **kwargs):
@@ -61,11 +78,23 @@ class AdaFedOptStrategy(SortedCheckpointFedAvg):
                 f"got {name!r}"
             )
         unknown = set(opt) - {"eta", "beta_1", "beta_2", "tau"}
+        unknown.discard("bias_correction")
         if unknown:
             raise InputError(f"adafedseleckd.server_optimizer: unknown keys {sorted(unknown)}")
+        self.bias_correction = str(opt.pop("bias_correction", "flower"))
+        if self.bias_correction not in BIAS_CORRECTIONS:
+            raise InputError(
+                f"adafedseleckd.server_optimizer.bias_correction must be one of {BIAS_CORRECTIONS}, "
+                f"got {self.bias_correction!r}")
+        if self.bias_correction != "flower" and name != "adam":
+            raise InputError(
+                f"adafedseleckd.server_optimizer.bias_correction: {self.bias_correction!r} applies to "
+                f"name: adam only ({name} has no bias correction in Flower); leave it at 'flower'")
         if name == "adagrad":  # FedAdagrad has no β₁/β₂ (the config's values are for adam/yogi)
-            opt.pop("beta_1", None)
-            opt.pop("beta_2", None)
+            dropped = {k: opt.pop(k) for k in ("beta_1", "beta_2") if k in opt}
+            if dropped:
+                log.info("AdaFedOPT with FedAdagrad ignores adafedseleckd.server_optimizer %s "
+                         "(Flower's FedAdagrad has beta_1 = 0: no momentum)", dropped)
         self.optimizer_name = name
         self.opt = SERVER_OPTIMIZERS[name](
             eta_l=float(cell["train"]["lr"]), **{k: float(v) for k, v in opt.items()}
@@ -78,7 +107,18 @@ class AdaFedOptStrategy(SortedCheckpointFedAvg):
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
-        arrays, metrics = self.opt.aggregate_train(absolute_round, replies)
+        if self.bias_correction == "adam":  # Flower corrects with round + 1: give it Adam's t - 1
+            arrays, metrics = self.opt.aggregate_train(absolute_round - 1, replies)
+        elif self.bias_correction == "none":  # Reddi et al. Alg. 2: η itself
+            eta = self.opt.eta
+            b1, b2, t = self.opt.beta_1, self.opt.beta_2, absolute_round + 1.0
+            self.opt.eta = eta / (np.sqrt(1 - np.power(b2, t)) / (1 - np.power(b1, t)))
+            try:
+                arrays, metrics = self.opt.aggregate_train(absolute_round, replies)
+            finally:
+                self.opt.eta = eta
+        else:
+            arrays, metrics = self.opt.aggregate_train(absolute_round, replies)
         # Flower computes in the arrays' dtype (float32); keep the adapters' dtype and key order
         return ArrayRecord(OrderedDict(
             (k, torch.from_numpy(np.ascontiguousarray(
