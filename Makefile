@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo report scorecard progress test test-slow lint dry-run-paper rehearse clean
+.PHONY: demo report scorecard progress test test-slow lint dry-run-paper rehearse mutation clean
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -41,6 +41,18 @@ test: $(STAMP)
 # (cells and row jobs), and Snakemake killed mid-run (tests/faults.py; about 20-40 minutes here).
 test-slow: $(STAMP)
 	FEDREPRO_EXHAUSTIVE=1 HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m exhaustive tests
+
+# Mutation testing of the method code (issue 24; tests/mutation.py, docs/mutation.md): mutmut,
+# pinned in requirements-mutation.txt, mutates one module at a time against its fast tests in
+# .mutation/<module>/; scores in .mutation/scores.json.  Not part of `make test` (hours for all).
+# One module: make mutation MODULES=adafedseleckd.kd   (list: .venv/bin/python tests/mutation.py --list)
+MODULES ?=
+$(VENV)/.mutation-installed: $(STAMP) requirements-mutation.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-mutation.txt
+	touch $@
+
+mutation: $(VENV)/.mutation-installed
+	$(BIN)/python tests/mutation.py $(MODULES)
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint

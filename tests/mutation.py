@@ -1,0 +1,162 @@
+"""Mutation testing of the method code (issue 24): ``make mutation`` / ``python tests/mutation.py``.
+
+Each *module* of :data:`SCOPE` (a file of the method code) is mutated by mutmut (pinned in
+``requirements-mutation.txt``; not part of ``make test``) against the module's own fast tests.
+mutmut 3 rewrites every function of the file into variants selected at run time, runs the listed
+tests once to learn which tests reach which function, then runs, per mutant, only those tests
+(forked from one warm process: torch is imported once).  A mutant is *killed* when a test fails,
+*survived* when they all pass, *no tests* when no listed test reaches its function.
+
+Every module runs in a folder of its own, ``.mutation/<module>/`` (git-ignored): a snapshot of
+``src/``, ``tests/`` and the files the tests read, with a ``pyproject.toml`` whose ``[tool.mutmut]``
+names the one file to mutate and its tests -- so the working tree is never mutated in place and
+modules can be run one at a time::
+
+    make mutation                                   # every module of SCOPE (hours on 2 cores)
+    make mutation MODULES="adafedseleckd.kd"        # one module (or several, space-separated)
+    .venv/bin/python tests/mutation.py --list       # the modules and their tests
+    .venv/bin/python tests/mutation.py adafedseleckd.kd --max-children 2
+
+The score per module -- killed / (killed + survived + timeout + suspicious), mutants with no
+reaching test counted as survivors -- is written to ``.mutation/scores.json`` and printed; the
+survivors of a module are listed by ``cd .mutation/<module> && mutmut results`` and shown with
+``mutmut show <name>``.  Equivalent mutants left on purpose are listed with the reason in
+``docs/mutation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / ".mutation"
+
+PAPERS = "src/fedrepro/papers"
+ADA_TESTS = ["tests/test_step_adafedseleckd.py", "tests/test_ada_methods.py", "tests/test_adapters_kd.py",
+             "tests/test_kd_fires.py"]
+MCP_TESTS = ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py", "tests/test_mcp.py"]
+SUM_TESTS = ["tests/test_step_fedsum.py", "tests/test_fedsum.py", "tests/test_fedsum_baselines.py"]
+SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py"]
+
+SCOPE: dict[str, tuple[str, list[str]]] = {
+    # module: (file to mutate, its fast tests)
+    "adafedseleckd.kd": (f"{PAPERS}/adafedseleckd/kd.py", ADA_TESTS),
+    "adafedseleckd.methods": (f"{PAPERS}/adafedseleckd/methods.py", ADA_TESTS),
+    "adafedseleckd.strategy": (f"{PAPERS}/adafedseleckd/strategy.py", ADA_TESTS),
+    "fedmcp.losses": (f"{PAPERS}/fedmcp/losses.py", MCP_TESTS),
+    "fedmcp.methods": (f"{PAPERS}/fedmcp/methods.py", MCP_TESTS),
+    "fedsum.algorithm": (f"{PAPERS}/fedsum/algorithm.py", SUM_TESTS),
+    "fedsum.strategy": (f"{PAPERS}/fedsum/strategy.py", SUM_TESTS),
+    "fedsumm.algorithm": (f"{PAPERS}/fedsumm/algorithm.py", SUMM_TESTS),
+    "fedsumm.strategy": (f"{PAPERS}/fedsumm/strategy.py", SUMM_TESTS),
+    "fl.algorithms": ("src/fedrepro/fl/algorithms.py",
+                      ["tests/test_ada_methods.py", "tests/test_fedsum_baselines.py", "tests/test_step_fedsum.py"]),
+    "fl.dp": ("src/fedrepro/fl/dp.py", ["tests/test_dp.py"]),
+}
+
+# what the tests read besides src/ and tests/ (configs, the generated samples' code, workflow)
+SNAPSHOT = ["src", "tests", "config", "resources", "rules", "workflow_scripts", "envs", "Snakefile",
+            "pyproject.toml", "docs"]
+KILLED, SURVIVED = "killed", "survived"
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(
+            "__pycache__", "*.pyc", "downloads", "backbones", ".pytest_cache"))
+    elif src.exists():
+        shutil.copy2(src, dst)
+
+
+def prepare(module: str) -> Path:
+    """A fresh ``.mutation/<module>/`` with the snapshot and its mutmut config."""
+    path, tests = SCOPE[module]
+    missing = [t for t in tests if not (ROOT / t).exists()]
+    if missing:
+        raise SystemExit(f"mutation: {module}: test files {missing} do not exist (tests/mutation.py SCOPE)")
+    work = WORK / module
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for name in SNAPSHOT:
+        _copy(ROOT / name, work / name)
+    base = (ROOT / "pyproject.toml").read_text()
+    also = [n for n in SNAPSHOT if n not in ("src", "tests", "pyproject.toml") and (ROOT / n).exists()]
+    cfg = (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["src"]\n'
+        f"only_mutate = [{json.dumps(path)}]\n"
+        f"also_copy = {json.dumps(also)}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-x"]\n'
+    )
+    (work / "pyproject.toml").write_text(base + cfg)
+    return work
+
+
+def score(work: Path, path: str) -> dict:
+    """Counts per status from mutmut's ``.meta`` of the mutated file."""
+    from mutmut.stats import status_by_exit_code  # noqa: PLC0415 (only installed for make mutation)
+
+    meta = work / "mutants" / (path + ".meta")
+    if not meta.exists():
+        return {"error": f"{meta} not written (mutmut failed: see {work}/mutmut.log)"}
+    codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+    counts: dict[str, int] = {}
+    for code in codes.values():
+        status = status_by_exit_code[code]
+        counts[status] = counts.get(status, 0) + 1
+    judged = sum(v for k, v in counts.items() if k not in ("skipped", "caught by type check", "not checked"))
+    killed = counts.get(KILLED, 0)
+    return {"mutants": len(codes), **counts, "score": round(killed / judged, 4) if judged else None}
+
+
+def run(module: str, max_children: int) -> dict:
+    path, _ = SCOPE[module]
+    work = prepare(module)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    t0 = time.monotonic()
+    with open(work / "mutmut.log", "w") as log:
+        rc = subprocess.call([str(Path(sys.executable).parent / "mutmut"), "run",
+                              "--max-children", str(max_children)], cwd=work, env=env,
+                             stdout=log, stderr=subprocess.STDOUT)
+    return {"module": module, "file": path, "rc": rc, "wall_s": round(time.monotonic() - t0, 1),
+            **score(work, path)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("modules", nargs="*", help=f"default: all of {list(SCOPE)}")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    if args.list:
+        for name, (path, tests) in SCOPE.items():
+            print(f"{name:24s} {path}\n{'':24s} tests: {' '.join(tests)}")
+        return 0
+    unknown = [m for m in args.modules if m not in SCOPE]
+    if unknown:
+        raise SystemExit(f"mutation: unknown module(s) {unknown}; known: {list(SCOPE)}")
+    results_path = WORK / "scores.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    for module in args.modules or list(SCOPE):
+        res = run(module, args.max_children)
+        results[module] = res
+        WORK.mkdir(exist_ok=True)
+        tmp = results_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
+        os.replace(tmp, results_path)
+        print(json.dumps(res), flush=True)
+    bad = [m for m, r in results.items() if (r.get("score") or 0) < 0.9]
+    print(f"mutation: scores in {results_path}; below 90 %: {bad or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
