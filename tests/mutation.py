@@ -21,7 +21,7 @@ The score per module -- killed / (killed + survived + timeout + suspicious), mut
 reaching test counted as survivors -- is written to ``.mutation/scores.json`` and printed; the
 survivors of a module are listed by ``cd .mutation/<module> && mutmut results`` and shown with
 ``mutmut show <name>``.  Equivalent mutants left on purpose are listed with the reason in
-``docs/mutation.md``.
+``docs/mutation.md``.  Lines that only word a message are not mutated (:data:`MESSAGE_LINES`).
 """
 
 from __future__ import annotations
@@ -66,6 +66,18 @@ SNAPSHOT = ["src", "tests", "config", "resources", "rules", "workflow_scripts", 
             "pyproject.toml", "docs"]
 KILLED, SURVIVED = "killed", "survived"
 
+# Lines that only word a message (an error's or a log line's text, a string-only continuation
+# line) are not mutated: a changed message is not a method training the wrong thing, and counting
+# them would bury the score of the arithmetic under hundreds of text variants.  The conditions
+# that raise stay mutated (the lines above a ``raise``), as do the exception classes' uses.
+MESSAGE_LINES = [
+    r"^\s*raise \w+\(",                       # raise InputError(f"...")
+    r"^\s*(log|logger|LOG|_log)\.\w+\(",       # log.info("...", ...)
+    r"^\s*warnings\.warn\(",
+    r"^\s*(rf|fr|f|r|b)?\"[^\"]*\"[),]*\s*$",  # a message's continuation line
+    r"^\s*(rf|fr|f|r|b)?'[^']*'[),]*\s*$",
+]
+
 
 def _copy(src: Path, dst: Path) -> None:
     if src.is_dir():
@@ -95,6 +107,7 @@ def prepare(module: str) -> Path:
         f"also_copy = {json.dumps(also)}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-x"]\n'
+        f"do_not_mutate_patterns = {json.dumps(MESSAGE_LINES)}\n"
     )
     (work / "pyproject.toml").write_text(base + cfg)
     return work

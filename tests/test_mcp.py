@@ -219,3 +219,25 @@ def test_mean_pool_ignores_padding_and_cls_pool():
     hidden2[0, 2] = torch.tensor([-5e3, 5e3])
     assert torch.allclose(mean_pool(hidden2, mask), pooled)
     assert torch.equal(cls_pool(hidden), torch.tensor([[1.0, 2.0], [5.0, 6.0]]))
+
+
+def test_a_one_example_batch_trains_eq8_without_the_cka_term():
+    """Linear CKA is 0/0 for one example: eq. 8 then is (1 − γ)L_a + γL_b (docs/decisions.md);
+    with two examples L_c is there."""
+    import torch.nn.functional as F
+
+    from fedrepro.papers.fedmcp.losses import fedmcp_loss
+
+    g = torch.Generator().manual_seed(3)
+    la, lb = torch.randn(1, 3, generator=g), torch.randn(1, 3, generator=g)
+    x, y, z = (torch.randn(1, 5, generator=g, requires_grad=True) for _ in range(3))
+    labels = torch.tensor([2])
+    loss, parts = fedmcp_loss(la, lb, labels, x, y, z, gamma=0.3, mu=1.7)
+    want = 0.7 * F.cross_entropy(la, labels) + 0.3 * F.cross_entropy(lb, labels)
+    assert torch.allclose(loss, want) and parts["L_c"] == 0.0
+    cos, _ = fedmcp_loss(la, lb, labels, x, y, z, gamma=0.3, mu=1.7, similarity="cosine")
+    assert torch.allclose(cos, want)
+    # three examples (with two, centred CKA is 1 for any pair: both Grams are rank one)
+    more = [torch.cat([t, torch.randn(2, t.shape[1], generator=g)]) for t in (la, lb, x, y, z)]
+    _, parts3 = fedmcp_loss(*more[:2], torch.tensor([2, 0, 1]), *more[2:], gamma=0.3, mu=1.7)
+    assert parts3["L_c"] != 0.0

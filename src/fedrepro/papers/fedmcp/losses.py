@@ -218,7 +218,14 @@ def fedmcp_loss(
     """
     loss_a = F.cross_entropy(_upcast(logits_full), labels)
     loss_b = F.cross_entropy(_upcast(logits_global), labels)
-    loss_c = mcp_contrastive_loss(x_global, y_private, z_server, similarity=similarity)
+    if x_global.shape[0] < 2:
+        # Linear CKA (eq. 6) centres over the batch: one example has no variance (0/0); the
+        # similarities are batch statistics, so both readings need two examples.  A client
+        # whose last batch holds a single example (|D_i| = 1 mod the batch size) trains that batch
+        # on eq. 8 without L_c (docs/decisions.md, FedMCP); the paper's batches of 64 never do.
+        loss_c = torch.zeros((), dtype=loss_a.dtype, device=loss_a.device)
+    else:
+        loss_c = mcp_contrastive_loss(x_global, y_private, z_server, similarity=similarity)
     loss = (1.0 - gamma) * loss_a + gamma * loss_b + mu * loss_c
     parts = {
         "L_a": float(loss_a.detach()),
