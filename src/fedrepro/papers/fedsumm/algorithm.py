@@ -133,6 +133,7 @@ the client has no guidance (its first round).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -1212,6 +1213,13 @@ def load_trainable_state(model: torch.nn.Module, state: Tensors) -> None:
             p.copy_(state[n])
 
 
+def _math_attention():
+    """``scaled_dot_product_attention`` restricted to its math kernel (differentiable twice)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def fedsumm_local_update(
     model: torch.nn.Module,
     batches: Iterable[dict] | Callable[[int], Iterable[dict]],
@@ -1262,12 +1270,21 @@ def fedsumm_local_update(
     norms: list[float] = []
     n_examples = 0
     timer = StepTimer(named[0][1].device)
+    # eq. 7's inner product (or a differentiated norm) backpropagates through the gradient, a
+    # double backward that PyTorch's fused attention kernels lack (CPU flash attention without
+    # dropout, CUDA flash / memory-efficient): the forward then runs the math kernel (CT's
+    # nn.Transformer; BART is loaded with eager attention anyway)
+    double_backward = guidance is not None and (
+        config.dldt == "inner_product"
+        or (config.dldt == "loss_difference" and config.differentiate_grad_norm)
+    )
     model.train()
     for epoch in range(local_epochs):
         n_examples = 0
         for batch in batches(epoch) if callable(batches) else batches:
             with timer.step():  # forward, eq. 7's objective, backward, update
-                data_loss = loss_fn(model, batch)
+                with _math_attention() if double_backward else contextlib.nullcontext():
+                    data_loss = loss_fn(model, batch)
                 if not torch.isfinite(data_loss):
                     raise FloatingPointError(
                         f"non-finite training loss {float(data_loss)} at step {len(step_losses)}"
