@@ -143,6 +143,13 @@ def run(module: str, max_children: int) -> dict:
             **score(work, path)}
 
 
+def _write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("modules", nargs="*", help=f"default: all of {list(SCOPE)}")
@@ -157,15 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"mutation: unknown module(s) {unknown}; known: {list(SCOPE)}")
     results_path = WORK / "scores.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
     for module in args.modules or list(SCOPE):
         res = run(module, args.max_children)
-        results[module] = res
-        WORK.mkdir(exist_ok=True)
-        tmp = results_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
-        os.replace(tmp, results_path)
+        _write_json(WORK / module / "score.json", res)
         print(json.dumps(res), flush=True)
+    # every module's last score (runs of single modules, in parallel or not, each add theirs)
+    results = {p.parent.name: json.loads(p.read_text()) for p in sorted(WORK.glob("*/score.json"))}
+    _write_json(results_path, results)
     bad = [m for m, r in results.items() if (r.get("score") or 0) < 0.9]
     print(f"mutation: scores in {results_path}; below 90 %: {bad or 'none'}")
     return 0
