@@ -58,7 +58,7 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "fedsumm.strategy": (f"{PAPERS}/fedsumm/strategy.py", SUMM_TESTS),
     "fl.algorithms": ("src/fedrepro/fl/algorithms.py",
                       ["tests/test_ada_methods.py", "tests/test_fedsum_baselines.py", "tests/test_step_fedsum.py"]),
-    "fl.dp": ("src/fedrepro/fl/dp.py", ["tests/test_dp.py"]),
+    "fl.dp": ("src/fedrepro/fl/dp.py", ["tests/test_dp.py", "tests/test_dp_exact.py"]),
 }
 
 # what the tests read besides src/ and tests/ (configs, the generated samples' code, workflow)
