@@ -39,6 +39,7 @@ rule train_cell:
     threads: ADA["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
+        gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
         mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
         runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"],
     log:
@@ -67,6 +68,7 @@ if ada.rows_enabled(config):
         threads: ADA["threads_per_cell"]
         resources:
             gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
+            gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
             mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
             runtime=lambda wildcards: 3 * wf.job_resources(config, wildcards.backbone, "train")["runtime"],
         log:
@@ -92,6 +94,7 @@ if ada.rows_enabled(config):
         threads: ADA["threads_per_cell"]
         resources:
             gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
+            gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
             mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
             runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"]
             + wf.job_resources(config, wildcards.backbone, "evaluate")["runtime"],
@@ -119,6 +122,7 @@ rule evaluate_cell:
     threads: ADA["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["gpu"],
+        gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "evaluate")),
         mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["mem_mb"],
         runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["runtime"],
     log:

@@ -18,6 +18,24 @@ validate_config(
 
 from fedrepro.models.backbones import BACKBONES
 
+# The hub cache (HF_HOME) of every job: config key hub_cache, on a path the login node and the
+# compute nodes share (jobs inherit this environment, sbatch --export=ALL); null keeps the
+# environment's own. docs/cluster.md
+wf.use_hub_cache(config, workflow.basedir)
+
+# Jobs that fetch from the internet (data sources, hub checkpoints) run where Snakemake runs: under
+# the SLURM executor that is the login node, since compute nodes of many clusters have no internet.
+# No effect on a local run (every job is local). Config key cluster_local_downloads (docs/cluster.md)
+if config.get("cluster_local_downloads", True):
+
+    localrules:
+        download_qmsum,
+        download_source,
+        backbone,
+        fedsum_backbone,
+        fedsumm_backbone,
+
+
 if config.get("rehearsal"):
     # the paper grid reduced to its code paths, a few steps each (fedrepro.rehearsal.plan)
     from fedrepro.rehearsal.plan import apply as _rehearsal

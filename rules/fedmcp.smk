@@ -30,6 +30,7 @@ rule fedmcp_train_cell:
     threads: FM["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["gpu"],
+        gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.fm_backbone, "train")),
         mem_mb=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["mem_mb"],
         runtime=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["runtime"],
     log:
@@ -59,6 +60,7 @@ rule fedmcp_evaluate_cell:
     threads: FM["threads_per_cell"]
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["gpu"],
+        gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.fm_backbone, "evaluate")),
         mem_mb=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["mem_mb"],
         runtime=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["runtime"],
     log:

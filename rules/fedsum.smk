@@ -102,6 +102,7 @@ rule fedsum_train_cell:
     threads: config.get("fedsum", {}).get("threads_per_cell", 1)
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
+        gpu_mem_mb=wf.gpu_mem_mb(wf.job_resources(config, "bert-base", "train")),
         mem_mb=wf.job_resources(config, "bert-base", "train")["mem_mb"],
         runtime=wf.job_resources(config, "bert-base", "train")["runtime"],
     log:
@@ -130,6 +131,7 @@ rule fedsum_train_row:
     threads: config.get("fedsum", {}).get("threads_per_cell", 1)
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
+        gpu_mem_mb=wf.gpu_mem_mb(wf.job_resources(config, "bert-base", "train")),
         mem_mb=wf.job_resources(config, "bert-base", "train")["mem_mb"],
         runtime=wf.job_resources(config, "bert-base", "train")["runtime"],
     log:

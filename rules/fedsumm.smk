@@ -57,6 +57,7 @@ rule fedsumm_row:
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
+        gpu_mem_mb=lambda w: wf.gpu_mem_mb(wfs.job_resources(config, "train")),
         mem_mb=lambda w: wfs.job_resources(config, "train")["mem_mb"],
         runtime=lambda w: wfs.job_resources(config, "train")["runtime"],
     log:
@@ -84,6 +85,7 @@ rule fedsumm_federated_row:
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
+        gpu_mem_mb=lambda w: wf.gpu_mem_mb(wfs.job_resources(config, "train")),
         mem_mb=lambda w: wfs.job_resources(config, "train")["mem_mb"],
         runtime=lambda w: wfs.job_resources(config, "train")["runtime"],
     log:
@@ -114,6 +116,7 @@ rule fedsumm_dp_row:
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
+        gpu_mem_mb=lambda w: wf.gpu_mem_mb(wfs.job_resources(config, "train")),
         mem_mb=lambda w: wfs.job_resources(config, "train")["mem_mb"],
         runtime=lambda w: wfs.job_resources(config, "train")["runtime"],
     log:

@@ -1,6 +1,10 @@
 from fedrepro.logs import to_file
 
 to_file(snakemake.log[0])
+from fedrepro.gpu_slots import claim_job_gpus, job_label  # noqa: E402
+
+# this job's GPU(s) (rule resources gpu, gpu_mem_mb) before anything starts CUDA
+claim_job_gpus(snakemake.resources, label=job_label(snakemake))
 from fedrepro.papers.fedsum.task import run_fedsum_row  # noqa: E402
 
 run_fedsum_row([dict(c) for c in snakemake.params.cells], f"{snakemake.input.data}/test.jsonl")

@@ -6,6 +6,9 @@ grid takes seconds. Each paper's own grid (cells, paths, targets) is ``fedrepro.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from fedrepro.io import InputError
 from fedrepro.models.backbones import builds_locally, get_spec
 
@@ -69,6 +72,37 @@ def job_resources(config: dict, backbone: str, job: str) -> dict:
         job
     ) or {}
     return {**JOB_RESOURCES[job], **user}
+
+
+def gpu_mem_mb(resources: dict) -> int:
+    """The GPU memory (MB per device) a job declares, ``gpu_mem_mb`` of its resources: jobs whose
+    declared memory fits share a GPU (:mod:`fedrepro.gpu_slots`); 0, the default, asks for whole
+    GPUs -- one job per GPU."""
+    value = resources.get("gpu_mem_mb") or 0
+    if not isinstance(value, int) or value < 0:
+        raise InputError(
+            f"gpu_mem_mb must be a whole number of MB >= 0 (0 = a whole GPU), got {value!r}"
+        )
+    return value
+
+
+def hub_cache_dir(config: dict, basedir) -> str | None:
+    """``HF_HOME`` for every job: the config's ``hub_cache`` (relative to the repository,
+    ``basedir``), or None to leave the environment's.  On a cluster it must be a path the login
+    node (where downloads run) and the compute nodes share; docs/cluster.md."""
+    value = config.get("hub_cache")
+    if value in (None, ""):
+        return None
+    return str((Path(basedir) / Path(str(value)).expanduser()).resolve())
+
+
+def use_hub_cache(config: dict, basedir, env=None) -> str | None:
+    """Set ``HF_HOME`` in ``env`` (default: this process's environment, which every job inherits)
+    to :func:`hub_cache_dir`; return it (None: ``env`` left as it is)."""
+    path = hub_cache_dir(config, basedir)
+    if path is not None:
+        (os.environ if env is None else env)["HF_HOME"] = path
+    return path
 
 
 def backbone_dir(name: str) -> str:

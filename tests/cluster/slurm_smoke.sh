@@ -13,7 +13,8 @@
 #    into a second work folder;
 # 4. checks that both runs produced byte-identical outputs (every file under results/: table,
 #    per-cell scores, predictions, adapters, train logs, data; provenance.json up to its wall
-#    time) and that the SLURM run really went through sbatch;
+#    time), that the SLURM run really went through sbatch, and that its download job (the
+#    backbone) ran on the submitting host, not through sbatch (localrules, docs/cluster.md);
 # 5. always (trap EXIT): cancels leftover jobs, stops slurmd, slurmctld and munged by the PIDs in
 #    their pid files, removes the /etc/slurm/slurm.conf symlink; deletes the temp folder on
 #    success (kept on failure, with the daemon logs printed).
@@ -270,9 +271,21 @@ lap runs
 # ---------------------------------------------------------------------------- checks
 n_sub=$(grep -c "has been submitted with SLURM jobid" "$TMP/slurm.log" || true)
 n_jobs=$(awk '/^total[[:space:]]+[0-9]+$/ {print $2; exit}' "$TMP/local.log")
-# the target rule itself (no output, no action) is not a job that gets submitted
-((n_sub >= 1 && n_sub == n_jobs - 1)) \
-  || die "expected $((n_jobs - 1)) sbatch submissions (local run: $n_jobs jobs incl. the target), saw $n_sub"
+# Jobs the submitting Snakemake runs itself ("localrule NAME:" in its log): the target rule (no
+# output, no action) and the download rules -- here `backbone`, the hub-checkpoint rule (the smoke
+# grid's data are samples: no download_* job). Compute nodes of many clusters have no internet, so
+# rules/common.smk makes them localrules (config key cluster_local_downloads).
+mapfile -t local_rules < <(sed -n 's/^localrule \([A-Za-z0-9_]*\):.*/\1/p' "$TMP/slurm.log" | sort -u)
+n_local=$(grep -c "^localrule " "$TMP/slurm.log" || true)
+[[ " ${local_rules[*]} " == *" backbone "* ]] \
+  || die "the backbone (download) job did not run on the submitting host; local rules: ${local_rules[*]:-none}"
+[[ " ${local_rules[*]} " == *" $TARGET "* && ${#local_rules[@]} -eq 2 ]] \
+  || die "expected local rules backbone and $TARGET only, saw: ${local_rules[*]:-none}"
+if grep "has been submitted with SLURM jobid" "$TMP/slurm.log" | grep -q "/rule_backbone/"; then
+  die "the backbone (download) job was submitted with sbatch"
+fi
+((n_sub >= 1 && n_sub == n_jobs - n_local)) \
+  || die "expected $((n_jobs - n_local)) sbatch submissions (local run: $n_jobs jobs incl. the target; $n_local local in the SLURM run), saw $n_sub"
 [[ -z $(timeout -k 2 10 squeue -h -o %i) ]] || die "jobs still queued after the run: $(squeue)"
 bad=$(grep -c "Falling back to 'sacct'" "$TMP/slurm.log" || true)
 ((bad == 0)) || die "the plugin fell back to sacct (MinJobAge too low?)"
@@ -311,6 +324,6 @@ print("\n".join(bad), file=sys.stderr)
 sys.exit(1 if bad else 0)
 PY
 lap compare
-say "PASS: $n_sub jobs ran through sbatch; all ${#files[@]} output files byte-identical to the local run (incl. results/tables/$TARGET.{csv,md,tex} and $cells cells' scores.json); ${#provs[@]} provenance.json equal but for wall_time_s and timing"
+say "PASS: $n_sub jobs ran through sbatch, ${local_rules[*]} on the submitting host; all ${#files[@]} output files byte-identical to the local run (incl. results/tables/$TARGET.{csv,md,tex} and $cells cells' scores.json); ${#provs[@]} provenance.json equal but for wall_time_s and timing"
 say "times: ${TIMES[*]}"
 OK=1
