@@ -73,6 +73,7 @@ KILLED, SURVIVED = "killed", "survived"
 MESSAGE_LINES = [
     r"^\s*raise \w+\(",                       # raise InputError(f"...")
     r"^\s*(log|logger|LOG|_log)\.\w+\(",       # log.info("...", ...)
+    r"^\s*log\((DEBUG|INFO|WARN|WARNING|ERROR)\b",  # Flower's log(INFO, "...")
     r"^\s*warnings\.warn\(",
     r"^\s*(rf|fr|f|r|b)?\"[^\"]*\"[),]*\s*$",  # a message's continuation line
     r"^\s*(rf|fr|f|r|b)?'[^']*'[),]*\s*$",
