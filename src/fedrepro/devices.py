@@ -1,10 +1,12 @@
 """Where a cell computes: CUDA when a GPU is visible, the CPU otherwise -- no code changes.
 
 ``<paper>.device`` in the config: ``auto`` (default: the first visible GPU, else the CPU), ``cpu``
-or ``cuda`` (fails clearly when no GPU is visible).  Under SLURM the scheduler sets
-``CUDA_VISIBLE_DEVICES`` for a job that asked for ``gpu: 1``; in Flower's simulation engine a
-client actor sees a GPU only when ``gpus_per_client`` > 0.  Bit-identical reruns are promised on
-the CPU; CUDA kernels are not all deterministic.
+or ``cuda`` (fails clearly when no GPU is visible).  Which GPU ``cuda`` is: under SLURM the
+scheduler sets ``CUDA_VISIBLE_DEVICES`` for a job that asked for ``gpu: 1``; elsewhere the job's
+script claims its device(s) first (:mod:`fedrepro.gpu_slots`: one job per GPU, or several when
+their declared memory fits).  In Flower's simulation engine a client actor sees a GPU only when
+``gpus_per_client`` > 0.  Bit-identical reruns are promised on the CPU; CUDA kernels are not all
+deterministic.
 """
 
 from __future__ import annotations

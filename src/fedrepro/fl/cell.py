@@ -40,6 +40,7 @@ from fedrepro.fl.server_app import make_server_app, run_server, start_point
 from fedrepro.fl.strategy import is_measurement, peak_rss_mb
 from fedrepro.fl.tasks import task_for
 from fedrepro.io import InputError, write_json_atomic
+from fedrepro.precision import Precision
 from fedrepro.provenance import git_commit, package_versions
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,8 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
             "config_hash": config_hash(cell),
             "seed": cell["seed"],
             "engine": cell.get("engine", "simulation") if task.is_federated(cell) else "none",
+            # <paper>.precision / frozen_dtype (fedrepro.precision): in the cell only when not fp32
+            "precision": Precision.from_cell(cell).record(),
             "git_commit": git_commit(),
             "packages": package_versions(PACKAGES),
             "machine": _machine(),

@@ -44,7 +44,12 @@ class BottleneckAdapter(nn.Module):
         nn.init.zeros_(self.up.bias)
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
-        return self.layer_norm(y + self.up(torch.relu(self.down(y))))
+        # the boundary with a bf16 frozen backbone (``adafedseleckd.frozen_dtype: bf16``): the
+        # adapter computes in its own dtype (float32) and hands the backbone's dtype on; with a
+        # float32 backbone both casts are the identity (the tensor itself, no op)
+        x = y if y.dtype == self.down.weight.dtype else y.to(self.down.weight.dtype)
+        out = self.layer_norm(x + self.up(torch.relu(self.down(x))))
+        return out if out.dtype == y.dtype else out.to(y.dtype)
 
 
 class AdapterStack(nn.Module):

@@ -13,27 +13,32 @@ from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import read_jsonl, write_json_atomic, write_jsonl_atomic
 from fedrepro.metrics.rouge import rouge_scores
 from fedrepro.papers.adafedseleckd.methods import get_method
+from fedrepro.precision import Precision
 
 
-def generate_summaries(model, tokenizer, examples, gen: dict, batch_size: int) -> list[str]:
-    """Decode ``examples`` in file order with the local adapter (beam search per ``gen``)."""
+def generate_summaries(model, tokenizer, examples, gen: dict, batch_size: int,
+                       precision=None) -> list[str]:
+    """Decode ``examples`` in file order with the local adapter (beam search per ``gen``), under
+    the cell's ``precision`` (bf16-mixed: autocast; tf32: TF32 on CUDA; ``None``: fp32)."""
     pad_id, start_id = special_ids(model)
     model.eval()
+    precision, device = Precision.of(precision), model_device(model)
     out: list[str] = []
     for i in range(0, len(examples), batch_size):
-        batch = to_device(collate(examples[i : i + batch_size], pad_id, start_id), model_device(model))
-        ids = model.generate(
-            batch["input_ids"],
-            batch["attention_mask"],
-            role="local",
-            num_beams=int(gen["num_beams"]),
-            max_new_tokens=int(gen["max_new_tokens"]),
-            min_new_tokens=int(gen.get("min_new_tokens", 0)),
-            no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size", 0)),
-            length_penalty=float(gen.get("length_penalty", 1.0)),
-            early_stopping=True,
-            do_sample=False,
-        )
+        batch = to_device(collate(examples[i : i + batch_size], pad_id, start_id), device)
+        with precision.region(device), precision.autocast(device):
+            ids = model.generate(
+                batch["input_ids"],
+                batch["attention_mask"],
+                role="local",
+                num_beams=int(gen["num_beams"]),
+                max_new_tokens=int(gen["max_new_tokens"]),
+                min_new_tokens=int(gen.get("min_new_tokens", 0)),
+                no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size", 0)),
+                length_penalty=float(gen.get("length_penalty", 1.0)),
+                early_stopping=True,
+                do_sample=False,
+            )
         out.extend(s.strip() for s in tokenizer.batch_decode(ids, skip_special_tokens=True))
     return out
 
@@ -61,7 +66,8 @@ def evaluate_cell(cell: dict, adapters_path: str, predictions_out: str, scores_o
         model.load_adapter_state("local", finals[client])
         records = rehearsal_limit(cell, read_jsonl(client_split_path(cell, client, "test")), "test")
         examples = list(client_examples(cell, client, "test"))
-        preds = generate_summaries(model, tokenizer, examples, gen, int(gen["batch_size"]))
+        preds = generate_summaries(model, tokenizer, examples, gen, int(gen["batch_size"]),
+                                   Precision.from_cell(cell))
         refs = [r["target"] for r in records]
         scores = rouge_scores(preds, refs, lang="en", stemming=rouge_stemming(cell))
         per_client[client] = {k: scores[k] for k in ("rouge1", "rouge2", "rougeL")} | {"n": scores["n"]}

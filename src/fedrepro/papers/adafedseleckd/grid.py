@@ -8,6 +8,7 @@ from __future__ import annotations
 from fedrepro.grid import RESULTS, backbone_dir, backbone_settings, rehearsal_cell, section
 from fedrepro.io import InputError
 from fedrepro.papers.adafedseleckd.methods import get_method
+from fedrepro.precision import precision_cell
 
 
 TABLE_BACKBONES = {"table3": "bart-large", "table4": "bart-base", "table6": "led-large"}
@@ -276,6 +277,7 @@ def make_cell(
         "threads": int(a["threads_per_cell"]),
         "engine": a.get("engine", "simulation"),
         "device": a.get("device", "auto"),
+        **precision_cell(a, "adafedseleckd"),  # only when not fp32: fedrepro.precision
         "gpus_per_client": float(a.get("gpus_per_client", 0.0)),
         "clients_per_round": per_round,
         "keep_round_checkpoints": bool(a.get("keep_round_checkpoints", False)),

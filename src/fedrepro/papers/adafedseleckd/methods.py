@@ -130,6 +130,7 @@ def local_update(
     proximal_to: dict[str, torch.Tensor] | None = None,
     trace: dict | None = None,
     prefix_cache=None,
+    precision=None,
 ) -> dict:
     """Algorithm 1, procedure ADAFEDSELECTKD (lines 11–27): E local epochs over the client's data.
 
@@ -142,6 +143,9 @@ def local_update(
     for a backbone without dropout): each batch's frozen prefix is assembled from its examples'
     canonical prefixes, stored for the later epochs and rounds unless its mode is ``off``;
     ``None``: computed per padded batch.
+    ``precision`` (a :class:`fedrepro.precision.Precision` or its mode name; ``None``: fp32):
+    ``bf16-mixed`` runs each step's forward and loss under bf16 autocast, ``tf32`` the whole
+    update with TF32 matmuls on CUDA; the adapters keep float32 weights and AdamW state.
 
     Batches are drawn in a permutation seeded by (seed, client, round, epoch), so a rerun — or a
     run resumed at a round boundary — sees the same batches.
@@ -150,7 +154,9 @@ def local_update(
     the KD term (the quantity behind §V-C's "86% / 88% / 89%" figures).
     """
     from fedrepro.devices import StepTimer, model_device
+    from fedrepro.precision import Precision
 
+    precision = Precision.of(precision)
     model.train()
     device = model_device(model)
     timer = StepTimer(device)
@@ -158,19 +164,21 @@ def local_update(
     total_loss, n_batches, n_tokens, n_kd = 0.0, 0, 0, 0
     if prefix_cache is not None:
         prefix_cache.begin(model, client, examples)
-    for epoch in range(hp.local_epochs):
-        shuffle = derive_seed(seed, client, round_index, epoch)
-        for batch in iterate_batches(examples, hp.batch_size, pad_token_id, start_token_id, shuffle):
-            with timer.step():
-                loss, labels, kd, mask = _step(
-                    model, spec, batch, device, hp, tau, optimizer, proximal_to, prefix_cache
-                )
-            if trace is not None:
-                _record_trace(trace, batch, labels, mask)
-            n_kd += kd
-            total_loss += float(loss.detach())
-            n_batches += 1
-            n_tokens += int((labels != -100).sum())
+    with precision.region(device):
+        for epoch in range(hp.local_epochs):
+            shuffle = derive_seed(seed, client, round_index, epoch)
+            for batch in iterate_batches(examples, hp.batch_size, pad_token_id, start_token_id, shuffle):
+                with timer.step():
+                    loss, labels, kd, mask = _step(
+                        model, spec, batch, device, hp, tau, optimizer, proximal_to, prefix_cache,
+                        precision,
+                    )
+                if trace is not None:
+                    _record_trace(trace, batch, labels, mask)
+                n_kd += kd
+                total_loss += float(loss.detach())
+                n_batches += 1
+                n_tokens += int((labels != -100).sum())
     return {
         "train_loss": total_loss / max(n_batches, 1),
         "n_batches": n_batches,
@@ -190,37 +198,40 @@ def _record_trace(trace: dict, batch: dict, labels: torch.Tensor, mask: torch.Te
 
 
 def _step(model, spec: MethodSpec, batch: dict, device, hp: TrainHParams, tau: float, optimizer,
-          proximal_to: dict | None = None, prefix_cache=None):
+          proximal_to: dict | None = None, prefix_cache=None, precision=None):
     """One optimizer step of eq. 6/8 (KD methods) or CE (+ FedProx's term):
-    (loss, labels, KD tokens, KD mask or None)."""
+    (loss, labels, KD tokens, KD mask or None).  The forward and the loss run under
+    ``precision``'s autocast (bf16-mixed), the backward and the update outside it."""
     from fedrepro.devices import to_device
+    from fedrepro.precision import Precision
 
     host_batch, batch = batch, to_device(batch, device)
     n_kd = 0
-    shared = {} if prefix_cache is None else {"prefix": prefix_cache.batch_prefix(model, host_batch, batch)}
-    student, teacher = model.path_logits(
-        batch["input_ids"],
-        batch["attention_mask"],
-        batch["decoder_input_ids"],
-        student="local",
-        teacher="global" if spec.distill else None,
-        **shared,
-    )
     labels = batch["labels"]
     kd_mask = None
-    if spec.distill:
-        allowed = batch.get("kd_allowed") if spec.hard_kd else None
-        if spec.hard_kd and allowed is None:
-            raise InputError("AdaFedHardKD needs the POS mask of every example (kd_allowed)")
-        loss, kd_mask = selective_kd_loss(student, teacher, labels, hp.lam, tau, allowed=allowed)
-        n_kd += int(kd_mask.sum())
-    else:
-        loss = cross_entropy_loss(student, labels)
-    if spec.proximal and hp.prox_mu > 0:
-        if proximal_to is None:
-            raise InputError("AdaFedProx needs the round's received adapter (proximal_to)")
-        named = dict(model.stacks["local"].named_parameters())
-        loss = loss + fedprox_proximal_term(named, proximal_to, hp.prox_mu)
+    with Precision.of(precision).autocast(device):
+        shared = {} if prefix_cache is None else {"prefix": prefix_cache.batch_prefix(model, host_batch, batch)}
+        student, teacher = model.path_logits(
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["decoder_input_ids"],
+            student="local",
+            teacher="global" if spec.distill else None,
+            **shared,
+        )
+        if spec.distill:
+            allowed = batch.get("kd_allowed") if spec.hard_kd else None
+            if spec.hard_kd and allowed is None:
+                raise InputError("AdaFedHardKD needs the POS mask of every example (kd_allowed)")
+            loss, kd_mask = selective_kd_loss(student, teacher, labels, hp.lam, tau, allowed=allowed)
+            n_kd += int(kd_mask.sum())
+        else:
+            loss = cross_entropy_loss(student, labels)
+        if spec.proximal and hp.prox_mu > 0:
+            if proximal_to is None:
+                raise InputError("AdaFedProx needs the round's received adapter (proximal_to)")
+            named = dict(model.stacks["local"].named_parameters())
+            loss = loss + fedprox_proximal_term(named, proximal_to, hp.prox_mu)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()

@@ -89,6 +89,14 @@ def _versions(backbone: torch.nn.Module) -> tuple[int, ...]:
     return tuple(t._version for t in backbone.state_dict(keep_vars=True).values())
 
 
+def _autocast_state(device: torch.device) -> tuple:
+    """(enabled, dtype) of autocast on ``device``'s type."""
+    kind = device.type
+    if not torch.is_autocast_enabled(kind):
+        return (False, None)
+    return (True, torch.get_autocast_dtype(kind))
+
+
 def example_key(input_ids: torch.Tensor, decoder_input_ids: torch.Tensor) -> bytes:
     """Key of one unpadded example: its input ids and decoder input ids (int64 bytes)."""
     h = hashlib.sha256()
@@ -129,6 +137,7 @@ class PrefixCache:
         self.active = False
         self.client: str | None = None
         self._identity: tuple | None = None  # (backbone id, versions, device, dtype, fingerprint)
+        self._autocast: tuple | None = None  # the autocast state the stored prefixes were made in
         self.hits = 0
         self.misses = 0
 
@@ -211,7 +220,20 @@ class PrefixCache:
         example alone, re-assembled and padded to the batch."""
         parts = []
         store = self.active and self.mode != "off"
-        model_dtype = next(model.backbone.parameters()).dtype
+        param = next(model.backbone.parameters())
+        model_dtype = param.dtype
+        if store:
+            # a prefix computed under bf16 autocast (``adafedseleckd.precision: bf16-mixed``) is
+            # not the float32 one: the store holds the prefixes of one autocast state only
+            amp = _autocast_state(param.device)
+            if self._autocast is not None and amp != self._autocast and self._store:
+                log.info("prefix cache: autocast changed to %s, %d cached examples dropped",
+                         amp, len(self._store))
+                self._store.clear()
+                for keys in self._client_keys.values():
+                    keys.clear()
+                self.used = 0
+            self._autocast = amp
         for i, (s, t) in enumerate(example_lengths(batch)):
             key = example_key(batch["input_ids"][i, :s], batch["decoder_input_ids"][i, :t]) if store else None
             entry = self._store.get(key) if store else None

@@ -29,22 +29,36 @@ from fedrepro.fl.checkpoint import checkpoint_paths, prepare_checkpoints
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, read_jsonl, torch_save_atomic, write_json_atomic
 from fedrepro.logs import RoundProgress
+from fedrepro.precision import Precision
 
 log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=4)
 def _cached_model(backbone_dir: str, top_k: int, bottleneck: int, roles: tuple[str, ...], seed: int,
-                  device: str = "cpu", backbone_dropout: bool = False):
+                  device: str = "cpu", backbone_dropout: bool = False, frozen_dtype: str = "fp32"):
     """:func:`~fedrepro.papers.adafedseleckd.model.build_summarizer` over the process's resident
     backbone: the folder is read once per process (:func:`fedrepro.models.resident.resident`) and
     every summarizer (AdaFedAvg's one role, the KD methods' two, another top-k) wraps its own module
-    tree over the same frozen tensors (:func:`~fedrepro.models.resident.share_frozen`)."""
+    tree over the same frozen tensors (:func:`~fedrepro.models.resident.share_frozen`).
+    ``frozen_dtype: bf16`` (``adafedseleckd.frozen_dtype``): a resident bfloat16 copy of the
+    backbone of its own (the float32 one, if loaded, is never cast); the adapters stay float32."""
     from fedrepro.models.backbones import load_backbone
     from fedrepro.models.resident import resident, share_frozen
     from fedrepro.papers.adafedseleckd.model import AdapterSummarizer, initial_adapter_state
+    from fedrepro.precision import Precision
 
-    tokenizer, backbone = resident("seq2seq", backbone_dir, lambda: load_backbone(backbone_dir))
+    precision = Precision(frozen_dtype=frozen_dtype, paper="adafedseleckd")
+    if precision.frozen_dtype == "fp32":
+        tokenizer, backbone = resident("seq2seq", backbone_dir, lambda: load_backbone(backbone_dir))
+    else:
+        def load_cast():
+            tok, bb = load_backbone(backbone_dir)
+            bb.requires_grad_(False)  # frozen (AdapterSummarizer would do it), then cast
+            precision.cast_frozen(bb)
+            return tok, bb
+
+        tokenizer, backbone = resident("seq2seq", backbone_dir, load_cast, extra=(frozen_dtype,))
     model = AdapterSummarizer(share_frozen(backbone), top_k, bottleneck, roles, backbone_dropout)
     init = initial_adapter_state(backbone.config.d_model, bottleneck, top_k, seed)
     for role in roles:  # as build_summarizer: every role starts from the same initial adapters
@@ -64,6 +78,7 @@ def get_model(cell: dict):
         int(cell["seed"]),
         str(cell_device(cell)),
         bool(cell["train"].get("backbone_dropout", False)),
+        Precision.from_cell(cell).frozen_dtype,
     )
 
 
@@ -193,6 +208,7 @@ def client_train_round(
     stats = local_update(
         model, spec, examples, hp, optimizer, int(cell["seed"]), client, round_index, pad_id,
         start_id, proximal_to=proximal_to, trace=trace, prefix_cache=prefix_store(cell, model),
+        precision=Precision.from_cell(cell),
     )
     state = OrderedDict(cpu_state(model.adapter_state("local")))
     write_trace(trace_path(cell, client, round_index), trace)
@@ -370,7 +386,8 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
         torch.manual_seed(0)  # no randomness is drawn in training; fixed for safety
         trace: dict = {}
         stats = local_update(model, spec, examples, hp, optimizer, int(cell["seed"]), name, r, pad_id,
-                             start_id, trace=trace, prefix_cache=prefix_store(cell, model))
+                             start_id, trace=trace, prefix_cache=prefix_store(cell, model),
+                             precision=Precision.from_cell(cell))
         write_trace(trace_path(cell, name, r), trace)
         state_path, meta_path = checkpoint_paths(cell["out_dir"], r)
         save_state(state_path, model.adapter_state("local"))
@@ -457,11 +474,13 @@ def validation_loss(cell: dict, client: str, state: dict[str, torch.Tensor]) -> 
     pad_id, start_id = special_ids(model)
     total, count = 0.0, 0
     hp = TrainHParams.from_config(cell["train"])
-    with torch.no_grad():
+    precision, device = Precision.from_cell(cell), model_device(model)
+    with torch.no_grad(), precision.region(device):
         for batch in iterate_batches(client_examples(cell, client, "val"), hp.batch_size, pad_id, start_id):
-            batch = to_device(batch, model_device(model))
-            logits, _ = model.path_logits(batch["input_ids"], batch["attention_mask"],
-                                          batch["decoder_input_ids"], student="local")
+            batch = to_device(batch, device)
+            with precision.autocast(device):
+                logits, _ = model.path_logits(batch["input_ids"], batch["attention_mask"],
+                                              batch["decoder_input_ids"], student="local")
             n = int((batch["labels"] != -100).sum())
             total += float(cross_entropy_loss(logits, batch["labels"])) * n
             count += n

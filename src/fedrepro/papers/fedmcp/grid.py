@@ -7,6 +7,7 @@ from __future__ import annotations
 from fedrepro.grid import RESULTS, backbone_dir, backbone_settings, rehearsal_cell, section
 from fedrepro.io import InputError
 from fedrepro.papers.fedmcp.methods import get_method
+from fedrepro.precision import precision_cell
 
 
 SETTING = "fedmcp-crosstask"
@@ -108,6 +109,7 @@ def make_cell(config: dict, backbone: str, method: str, seed: int | str) -> dict
         "threads": int(f["threads_per_cell"]),
         "engine": f.get("engine", "simulation"),
         "device": f.get("device", "auto"),
+        **precision_cell(f, "fedmcp"),  # only when not fp32: fedrepro.precision
         "gpus_per_client": float(f.get("gpus_per_client", 0.0)),
         "keep_round_checkpoints": bool(f.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(f.get("round_timeout_s", 3600)),

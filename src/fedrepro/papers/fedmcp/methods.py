@@ -123,7 +123,7 @@ from torch.nn import functional as F
 
 from fedrepro.papers.fedmcp.losses import fedmcp_loss, moon_contrastive_loss
 from fedrepro.io import InputError
-from fedrepro.papers.fedmcp.model import DualAdapterRoberta
+from fedrepro.papers.fedmcp.model import DualAdapterRoberta, head_input
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,6 +286,11 @@ class _FedModel(nn.Module):
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
 
+    def backbone_module(self) -> nn.Module:
+        """The pretrained encoder (with its adapter insertions / LoRA layers): where
+        ``fedmcp.frozen_dtype`` casts the frozen tensors."""
+        raise NotImplementedError
+
 
 class AdapterMethodModel(_FedModel):
     """DualAdapterRoberta with the spec's adapters/heads trainable (all adapter-kind methods).
@@ -313,6 +318,9 @@ class AdapterMethodModel(_FedModel):
     def _shared_parameters(self) -> OrderedDict[str, nn.Parameter]:
         return self._role_parameters(self.spec.sent)
 
+    def backbone_module(self) -> nn.Module:
+        return self.net.backbone
+
     def _received_parameters(self) -> OrderedDict[str, nn.Parameter]:
         return self._role_parameters(self.spec.shared)
 
@@ -325,6 +333,7 @@ class AdapterMethodModel(_FedModel):
             hidden = out.last_hidden_state
         finally:
             net.router.set_mode("both")
+        hidden = head_input(hidden, net.g1)  # bf16 frozen backbone -> float32 heads
         mean = net.pool(hidden, attention_mask, "mean")
         pooled = mean if pooling == "mean" else net.pool(hidden, attention_mask, pooling)
         head = {"both": net.g1, "global": net.g2}.get(mode)
@@ -380,11 +389,15 @@ class _HeadModel(_FedModel):
 
     def forward(self, input_ids, attention_mask):
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = head_input(hidden, self.head)  # bf16 frozen backbone (FedLR) -> float32 head
         pooled = DualAdapterRoberta.pool(hidden, attention_mask, "mean")
         return self.head(pooled), pooled
 
     def head_parameters(self) -> list[nn.Parameter]:
         return list(self.head.parameters())
+
+    def backbone_module(self) -> nn.Module:
+        return self.encoder
 
 
 class FullFTModel(_HeadModel):
@@ -491,16 +504,22 @@ def _epoch_batches(batches, epoch: int):
     return batches(epoch) if callable(batches) else batches
 
 
-def _run(model, params, batches, epochs, lr, loss_fn: Callable, stats: dict, phase: str, timer):
+def _run(model, params, batches, epochs, lr, loss_fn: Callable, stats: dict, phase: str, timer,
+         precision=None):
     if epochs <= 0 or not params:
         return
+    from fedrepro.devices import model_device
+    from fedrepro.precision import Precision
+
+    precision, device = Precision.of(precision), model_device(model)
     opt = torch.optim.Adam(params, lr=lr)
     n_ex = 0
     for epoch in range(epochs):
         n_ex = 0
         for batch in _epoch_batches(batches, epoch):
             with timer.step():  # fedrepro.devices.StepTimer
-                loss, parts = loss_fn(batch)
+                with precision.autocast(device):  # forward + loss; backward outside autocast
+                    loss, parts = loss_fn(batch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -515,7 +534,8 @@ def _run(model, params, batches, epochs, lr, loss_fn: Callable, stats: dict, pha
 
 def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalHParams,
                  server_state: Mapping[str, torch.Tensor] | None,
-                 prev_shared_state: Mapping[str, torch.Tensor] | None = None) -> dict:
+                 prev_shared_state: Mapping[str, torch.Tensor] | None = None,
+                 precision=None) -> dict:
     """One client round (FedMCP Algorithm 1, LocalUpdate; the baselines' equivalents).
 
     ``server_state`` (the averaged shared tensors) is loaded first (ignored for Local; ``None``
@@ -527,7 +547,20 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
     "n_steps", "phases", "lr" (the Adam rate used), <mean loss parts>, <StepTimer measurements:
     seconds_steps, seconds_per_step (+ peak_gpu_mb on CUDA)>}``; send ``model.shared_state()``
     afterwards.  The model's own spec (its sizing) decides; ``method`` must name it.
+    ``precision`` (a :class:`fedrepro.precision.Precision` or its mode name; ``None``: fp32):
+    ``bf16-mixed`` runs every step's forward passes and loss under bf16 autocast, ``tf32`` the
+    round with TF32 matmuls on CUDA; trained tensors and Adam's state stay float32.
     """
+    from fedrepro.devices import model_device
+    from fedrepro.precision import Precision
+
+    precision = Precision.of(precision)
+    with precision.region(model_device(model)):
+        return _local_update(model, method, batches, hp, server_state, prev_shared_state,
+                             precision)
+
+
+def _local_update(model, method, batches, hp, server_state, prev_shared_state, precision) -> dict:
     from fedrepro.devices import StepTimer, model_device
 
     spec = model.spec  # the model's own sizing (get_method(name) would give the paper's)
@@ -548,11 +581,12 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
         return loss, {"L_ce": float(loss.detach())}
 
     if spec.objective == "ce":
-        _run(model, model.trainable_parameters(), batches, hp.epochs, lr, ce, stats, "all", timer)
+        _run(model, model.trainable_parameters(), batches, hp.epochs, lr, ce, stats, "all", timer,
+             precision)
     elif spec.objective == "fedmcp":
         z_state = OrderedDict((k[len("global."):], v) for k, v in snapshot.items())
         _run(model, model.trainable_parameters(), batches, hp.epochs, lr,
-             lambda b: fedmcp_batch_loss(model, b, spec, hp, z_state), stats, "all", timer)
+             lambda b: fedmcp_batch_loss(model, b, spec, hp, z_state), stats, "all", timer, precision)
     elif spec.objective == "moon":
         prev = snapshot if prev_shared_state is None else prev_shared_state
         _check_keys(snapshot, prev, "MOON previous-round")
@@ -561,7 +595,7 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
         device = model_device(model)
         prev = OrderedDict((k, v.to(device)) for k, v in prev.items())
         _run(model, model.trainable_parameters(), batches, hp.epochs, lr,
-             lambda b: moon_batch_loss(model, b, hp, snapshot, prev), stats, "all", timer)
+             lambda b: moon_batch_loss(model, b, hp, snapshot, prev), stats, "all", timer, precision)
     elif spec.objective == "fedrep":
         body, head = model.body_parameters(), model.head_parameters()
         for frozen, trained, epochs, phase in ((body, head, hp.head_epochs, "head"),
@@ -569,7 +603,7 @@ def local_update(model: _FedModel, method: str | MethodSpec, batches, hp: LocalH
             for p in frozen:
                 p.requires_grad_(False)
             try:
-                _run(model, trained, batches, epochs, lr, ce, stats, phase, timer)
+                _run(model, trained, batches, epochs, lr, ce, stats, phase, timer, precision)
             finally:
                 for p in frozen:
                     p.requires_grad_(True)

@@ -103,7 +103,12 @@ class GeluAdapter(nn.Module):
         nn.init.zeros_(self.up.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.up(F.gelu(self.down(h)))
+        # the boundary with a bf16 frozen backbone (``fedmcp.frozen_dtype: bf16``): the adapter
+        # computes in its own dtype (float32) and hands the backbone's dtype on; with a float32
+        # backbone both casts are the identity (the tensor itself, no op)
+        x = h if h.dtype == self.down.weight.dtype else h.to(self.down.weight.dtype)
+        out = self.up(F.gelu(self.down(x)))
+        return out if out.dtype == h.dtype else out.to(h.dtype)
 
 
 class HoulsbyPair(nn.Module):
@@ -113,6 +118,14 @@ class HoulsbyPair(nn.Module):
         super().__init__()
         self.attention = GeluAdapter(hidden, bottleneck)
         self.ffn = GeluAdapter(hidden, bottleneck)
+
+
+def head_input(hidden: torch.Tensor, head: nn.Module) -> torch.Tensor:
+    """``hidden`` in the dtype of ``head``'s weight: a bf16 frozen backbone's last hidden state
+    (``fedmcp.frozen_dtype: bf16``) enters the float32 heads as float32; with a float32 backbone
+    the tensor itself."""
+    dtype = head.weight.dtype
+    return hidden if hidden.dtype == dtype else hidden.to(dtype)
 
 
 class HoulsbyAdapterSet(nn.Module):
@@ -284,6 +297,7 @@ class DualAdapterRoberta(nn.Module):
             ).last_hidden_state
         finally:
             self.router.set_mode("both")
+        hidden = head_input(hidden, self.g1)
         pooled = self.pool(hidden, attention_mask, pooling)
         if mode == "both":
             return self.g1(pooled), pooled

@@ -45,6 +45,7 @@ from fedrepro.papers.fedmcp.methods import LocalHParams, build_model, get_method
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.data.sources.glue import LABEL_NAMES
 from fedrepro.devices import cell_device, configure_torch, cpu_state, model_device, to_device
+from fedrepro.precision import Precision
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.fl.strategy import is_measurement
 from fedrepro.io import InputError, read_jsonl
@@ -79,10 +80,15 @@ def _tokenizer(backbone_dir: str):
 
 
 def build_client_model(cell: dict, client: str, labels: int | None = None):
-    """A fresh model of ``cell['method']`` for ``client`` (private parts seeded per client)."""
+    """A fresh model of ``cell['method']`` for ``client`` (private parts seeded per client).
+
+    ``fedmcp.frozen_dtype: bf16``: the copied backbone's frozen tensors are stored in bfloat16
+    (:meth:`fedrepro.precision.Precision.cast_frozen`); adapters, heads and LoRA tensors -- what
+    trains -- stay float32, and Full FT (nothing frozen) is unchanged."""
     base = copy.deepcopy(_encoder(str(cell["backbone_dir"]), int(cell["seed"])))
     torch.manual_seed(derive_seed(int(cell["seed"]), "fedmcp-init", client))
     model = build_model(cell["method"], base, labels or num_labels(client), cell.get("model") or {})
+    Precision.from_cell(cell).cast_frozen(model.backbone_module())
     return model.to(cell_device(cell))
 
 
@@ -195,14 +201,18 @@ def epoch_batches(examples, batch_size: int, seed: int, client: str, round_index
 
 
 @torch.no_grad()
-def accuracy(model, examples, batch_size: int, pad_id: int) -> tuple[float, list[int]]:
-    """Accuracy (%) of the evaluated model on ``examples`` and its predictions."""
+def accuracy(model, examples, batch_size: int, pad_id: int,
+             precision=None) -> tuple[float, list[int]]:
+    """Accuracy (%) of the evaluated model on ``examples`` and its predictions (forward passes
+    under ``precision``, :class:`fedrepro.precision.Precision`; ``None``: fp32)."""
     model.eval()
     device = model_device(model)
+    precision = Precision.of(precision)
     preds: list[int] = []
     for s in range(0, len(examples), batch_size):
         batch = to_device(collate(examples[s : s + batch_size], pad_id), device)
-        logits, _ = model(batch["input_ids"], batch["attention_mask"])
+        with precision.region(device), precision.autocast(device):
+            logits, _ = model(batch["input_ids"], batch["attention_mask"])
         preds.extend(logits.argmax(-1).tolist())
     correct = sum(int(p == y) for p, (_, y) in zip(preds, examples))
     return 100.0 * correct / len(examples), preds
@@ -261,6 +271,7 @@ def client_train_round(
         model, spec, batches, hp,
         server_state if spec.federated else None,
         prev_sent if spec.objective == "moon" else None,
+        precision=Precision.from_cell(cell),
     )
     out = {
         "num_examples": len(train),
@@ -270,7 +281,8 @@ def client_train_round(
     out.update({k: float(v) for k, v in stats.items() if k.startswith("L_")})
     out.update({k: float(v) for k, v in stats.items() if is_measurement(k)})  # provenance only
     if cell.get("eval_every_round", True):
-        acc, _ = accuracy(model, client_examples(cell, client, "test"), int(cell["eval_batch_size"]), pad_id)
+        acc, _ = accuracy(model, client_examples(cell, client, "test"), int(cell["eval_batch_size"]), pad_id,
+                          Precision.from_cell(cell))
         out["test_accuracy"] = acc
     sent = OrderedDict(cpu_state(model.shared_state()))
     state = OrderedDict([(f"sent.{k}", v) for k, v in sent.items()]
@@ -364,7 +376,7 @@ def evaluate_cell(cell: dict, finals_path: str, predictions_out: str, scores_out
         model = build_client_model(cell, client)
         load_client_state(model, finals[client], f"{finals_path}[{client}]")
         test = client_examples(cell, client, "test")
-        acc, preds = accuracy(model, test, int(cell["eval_batch_size"]), pad_id)
+        acc, preds = accuracy(model, test, int(cell["eval_batch_size"]), pad_id, Precision.from_cell(cell))
         records = rehearsal_limit(cell, read_jsonl(client_split_path(cell, client, "test")), "test")
         rows.extend({"client": client, "id": r["id"], "label": y, "prediction": p}
                     for r, (_, y), p in zip(records, test, preds))

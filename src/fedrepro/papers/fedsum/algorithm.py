@@ -802,6 +802,7 @@ def fedsum_local_update(
     client: str,
     seed: int = 0,
     global_state: Mapping[str, torch.Tensor] | None = None,
+    precision=None,
 ) -> FedSumUpload:
     """One FedSum client round (Alg. 2, with Alg. 3 per batch).
 
@@ -810,12 +811,27 @@ def fedsum_local_update(
     when given.  Per batch j: forward → LM; Data Partition (ε, Q vs ε̄, Q̄) and Data skip (depth);
     loss L_data (0 if skipped) + L_pm (parameter knowledge, t ≥ 2); one SGD step.  After the
     epochs: prototypes and portrait (breadth), then the L_po step (prototype knowledge, t ≥ 2).
+    ``precision`` (a :class:`fedrepro.precision.Precision` or its mode name; ``None``: fp32):
+    ``bf16-mixed`` runs each batch's forward and losses (L_data, L_pm) under bf16 autocast, the
+    prototypes and the L_po step in float32; ``tf32``: the round with TF32 matmuls on CUDA.
     """
+    from fedrepro.devices import model_device
+    from fedrepro.precision import Precision
+
+    precision = Precision.of(precision)
+    with precision.region(model_device(model)):
+        return _fedsum_local_update(model, epoch_batches, broadcast, hp, variant, client=client,
+                                    seed=seed, global_state=global_state, precision=precision)
+
+
+def _fedsum_local_update(model, epoch_batches, broadcast, hp, variant, *, client, seed,
+                         global_state, precision) -> FedSumUpload:
     from fedrepro.data.seq2seq import derive_seed
     from fedrepro.devices import StepTimer, model_device
 
     variant = get_variant(variant)
-    timer = StepTimer(model_device(model))
+    device = model_device(model)
+    timer = StepTimer(device)
     t, total = int(broadcast.round), int(broadcast.total_rounds)
     if not 1 <= t <= total:
         raise InputError(f"broadcast round {t} outside 1..{total}")
@@ -847,30 +863,31 @@ def fedsum_local_update(
         tau = len(batches)
         for j, batch in enumerate(batches, start=1):
             with timer.step():
-                h, logits = model.logits(batch)
-                lm = sentence_loss_matrix(logits, batch.labels, batch.cls_mask)
-                ld = batch.labels * batch.cls_mask
-                decision = data_partition(
-                    ld, lm, hp.lam, broadcast.global_significance, broadcast.global_bias_level
-                )
-                sig.append(decision.significance)
-                bias.append(decision.bias_level)
-                skip = False
-                if variant.depth:
-                    rho = skip_probability(t, total, e, hp.local_epochs, j, tau)
-                    _, skip = skip_decision(rng, rho, decision.normal)
-                    n_normal += int(decision.normal)
-                    n_skipped += int(skip)
-                loss_data = data_loss(lm)
-                loss = h.new_zeros(()) if skip else loss_data
-                l_data.append(0.0 if skip else float(loss_data.detach()))
-                if received:
-                    pm = parameter_knowledge_loss(
-                        h, batch.labels, batch.cls_mask, received,
-                        hp.parameter_knowledge_reduction,
+                with precision.autocast(device):  # forward + losses; backward outside autocast
+                    h, logits = model.logits(batch)
+                    lm = sentence_loss_matrix(logits, batch.labels, batch.cls_mask)
+                    ld = batch.labels * batch.cls_mask
+                    decision = data_partition(
+                        ld, lm, hp.lam, broadcast.global_significance, broadcast.global_bias_level
                     )
-                    l_pm.append(float(pm.detach()))
-                    loss = loss + pm
+                    sig.append(decision.significance)
+                    bias.append(decision.bias_level)
+                    skip = False
+                    if variant.depth:
+                        rho = skip_probability(t, total, e, hp.local_epochs, j, tau)
+                        _, skip = skip_decision(rng, rho, decision.normal)
+                        n_normal += int(decision.normal)
+                        n_skipped += int(skip)
+                    loss_data = data_loss(lm)
+                    loss = h.new_zeros(()) if skip else loss_data
+                    l_data.append(0.0 if skip else float(loss_data.detach()))
+                    if received:
+                        pm = parameter_knowledge_loss(
+                            h, batch.labels, batch.cls_mask, received,
+                            hp.parameter_knowledge_reduction,
+                        )
+                        l_pm.append(float(pm.detach()))
+                        loss = loss + pm
                 if loss.requires_grad:
                     opt.zero_grad(set_to_none=True)
                     loss.backward()

@@ -388,6 +388,7 @@ def baseline_local_update(
     client_control: Mapping[str, torch.Tensor] | None = None,
     global_prototypes: Mapping[int, torch.Tensor | None] | None = None,
     mu: float | None = None,
+    precision=None,
 ) -> BaselineUpload:
     """One client round t of ``method`` (E = ``hp.local_epochs`` epochs of SGD, one step per
     batch; t only seeds the round's dropout).
@@ -397,13 +398,33 @@ def baseline_local_update(
     ``DaisyChain.model_for(client)``); Separate and FedProto train the model as it is (the
     client's own).  SCAFFOLD needs ``server_control`` (c) and ``client_control`` (c_i; None = 0).
     FedProto takes ``global_prototypes`` (None in round 1).  ``mu`` overrides ``hp.mu`` (Flower's
-    ``FedProx`` strategy sends ``proximal-mu``).
+    ``FedProx`` strategy sends ``proximal-mu``).  ``precision`` (a
+    :class:`fedrepro.precision.Precision` or its mode name; ``None``: fp32): ``bf16-mixed`` runs
+    each batch's forward and loss under bf16 autocast (FedProto's prototypes in float32),
+    ``tf32`` the round with TF32 matmuls on CUDA.
     """
+    from fedrepro.devices import model_device
+    from fedrepro.precision import Precision
+
+    precision = Precision.of(precision)
+    with precision.region(model_device(model)):
+        return _baseline_local_update(
+            model, method, epoch_batches, hp, client=client, t=t, seed=seed,
+            global_state=global_state, server_control=server_control,
+            client_control=client_control, global_prototypes=global_prototypes, mu=mu,
+            precision=precision,
+        )
+
+
+def _baseline_local_update(model, method, epoch_batches, hp, *, client, t, seed, global_state,
+                           server_control, client_control, global_prototypes, mu,
+                           precision) -> BaselineUpload:
     from fedrepro.data.seq2seq import derive_seed
     from fedrepro.devices import StepTimer, model_device
 
     spec = get_baseline(method)
-    timer = StepTimer(model_device(model))
+    device = model_device(model)
+    timer = StepTimer(device)
     if spec.receives_global_model and global_state is not None:
         model.load_federated_state(global_state)
     torch.manual_seed(derive_seed(seed, "fedsum-baseline", spec.name, client, t))
@@ -425,19 +446,20 @@ def baseline_local_update(
         last = batches
         for batch in batches:
             with timer.step():
-                h, logits = model.logits(batch)
-                loss = data_loss(sentence_loss_matrix(logits, batch.labels, batch.cls_mask))
-                losses.append(float(loss.detach()))
-                if spec.objective == "prox" and mu > 0:
-                    term = fedprox_proximal_term(named, x, mu)
-                    extra.append(float(term.detach()))
-                    loss = loss + term
-                elif spec.objective == "fedproto" and global_prototypes:
-                    term = fedproto_regularizer(
-                        h, batch.labels, batch.cls_mask, global_prototypes, hp.fedproto_lambda
-                    )
-                    extra.append(float(term.detach()))
-                    loss = loss + term
+                with precision.autocast(device):  # forward + loss; backward outside autocast
+                    h, logits = model.logits(batch)
+                    loss = data_loss(sentence_loss_matrix(logits, batch.labels, batch.cls_mask))
+                    losses.append(float(loss.detach()))
+                    if spec.objective == "prox" and mu > 0:
+                        term = fedprox_proximal_term(named, x, mu)
+                        extra.append(float(term.detach()))
+                        loss = loss + term
+                    elif spec.objective == "fedproto" and global_prototypes:
+                        term = fedproto_regularizer(
+                            h, batch.labels, batch.cls_mask, global_prototypes, hp.fedproto_lambda
+                        )
+                        extra.append(float(term.detach()))
+                        loss = loss + term
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if spec.objective == "scaffold":

@@ -23,6 +23,7 @@ from fedrepro.data.settings import fedsum_empty_clients
 from fedrepro.grid import rehearsal_cell
 from fedrepro.io import InputError
 from fedrepro.models.backbones import builds_locally
+from fedrepro.precision import precision_cell
 
 RESULTS = "results"
 BACKBONE = "bert-base"
@@ -377,6 +378,7 @@ def make_fedsum_cell(config: dict, setting: str, method_name: str, seed: int | s
         "threads": int(f["threads_per_cell"]),
         "engine": f.get("engine", "simulation"),
         "device": f.get("device", "auto"),
+        **precision_cell(f, "fedsum"),  # only when not fp32: fedrepro.precision
         "gpus_per_client": float(f.get("gpus_per_client", 0.0)),
         "keep_round_checkpoints": bool(f.get("keep_round_checkpoints", False)),
         "round_timeout_s": float(f.get("round_timeout_s", 3600)),

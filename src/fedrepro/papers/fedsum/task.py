@@ -78,6 +78,7 @@ from fedrepro.papers.fedsum.baselines import (
     get_baseline,
 )
 from fedrepro.devices import cell_device, configure_torch, cpu_state
+from fedrepro.precision import Precision
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from fedrepro.logs import RoundProgress
@@ -405,15 +406,18 @@ def evaluate_model(cell: Mapping, model) -> dict:
     tok, _ = _tokenizer_and_model(str(cell["backbone_dir"]), int(cell["seed"]))
     docs = test_docs(cell)
     device = next(model.parameters()).device
-    preds = predict_extractive(
-        model,
-        (
-            on_device(b, device)
-            for b in make_batches(docs, int(cell["eval_batch_size"]), int(tok.pad_token_id))
-        ),
-        int(cell["extract_sentences"]),
-        bool(cell.get("block_trigrams", True)),
-    )
+    # tf32 applies; bf16-mixed does not: bfloat16 scores (8 significant bits) would tie sentences
+    # in the top-n selection, so the extractive scoring stays float32 (docs/decisions.md)
+    with Precision.from_cell(cell).region(device):
+        preds = predict_extractive(
+            model,
+            (
+                on_device(b, device)
+                for b in make_batches(docs, int(cell["eval_batch_size"]), int(tok.pad_token_id))
+            ),
+            int(cell["extract_sentences"]),
+            bool(cell.get("block_trigrams", True)),
+        )
     scorer = rouge_scorer(cell)
     if scorer == "rouge":
         refs = _reference_sentences(str(cell["test_file"]))
@@ -677,7 +681,8 @@ def client_train_round(
         kwargs["global_prototypes"] = (
             protos if any(p is not None for p in protos.values()) else None
         )
-    upload = baseline_local_update(model, method, batches, hp, **kwargs)
+    upload = baseline_local_update(model, method, batches, hp, precision=Precision.from_cell(cell),
+                                   **kwargs)
     stats = {"num_examples": upload.num_examples, "local_steps": upload.local_steps, **upload.stats}
     if method == "SCAFFOLD":
         save_client_state(cell, client, round_index, upload.client_control)
@@ -739,6 +744,7 @@ def _fedsum_round(cell: Mapping, client: str, round_index: int, server_state, re
         client=client,
         seed=int(cell["seed"]),
         global_state=server_state,
+        precision=Precision.from_cell(cell),
     )
     stats = {
         "num_examples": upload.num_examples,
@@ -785,6 +791,7 @@ def run_local(cell: Mapping) -> dict[str, OrderedDict[str, torch.Tensor]]:
                 client=client,
                 t=r,
                 seed=int(cell["seed"]),
+                precision=Precision.from_cell(cell),
             )
             save_client_state(cell, client, r, upload.federated_state)
             ev = evaluate_model(cell, model)

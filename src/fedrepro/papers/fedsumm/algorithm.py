@@ -1229,6 +1229,7 @@ def fedsumm_local_update(
     config: FedSummConfig,
     local_epochs: int = 1,
     max_grad_norm: float | None = None,
+    precision=None,
 ) -> LocalUpdateResult:
     """Algorithm 1, ClientUpdate(c, w, g, l): local epochs of ``w ← w − δ∇J(w, b)`` with eq. 7's J.
 
@@ -1250,6 +1251,11 @@ def fedsumm_local_update(
     local_epochs : int
     max_grad_norm : float, optional
         Gradient clipping of the objective's gradient before each step.
+    precision : :class:`fedrepro.precision.Precision`, mode name or None (fp32)
+        ``bf16-mixed``: the data loss L_b (the forward) under bf16 autocast; eq. 7's gradient
+        (``autograd.grad``, with ``create_graph`` for its Hessian-vector product), the backward
+        and the update outside it, on float32 parameters.  ``tf32``: TF32 matmuls on CUDA for the
+        whole update.
 
     Returns
     -------
@@ -1258,18 +1264,29 @@ def fedsumm_local_update(
         data loss, l^c), per-step losses, the mean eq. 7 term and gradient norm, and ``timing``
         (each optimizer step timed with :class:`fedrepro.devices.StepTimer`).
     """
+    from fedrepro.precision import Precision
+
     if local_epochs < 1:
         raise InputError(f"local_epochs must be >= 1, got {local_epochs}")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not named:
         raise InputError("the model has no trainable parameters")
+    precision = Precision.of(precision)
+    with precision.region(named[0][1].device):
+        return _local_update(model, batches, loss_fn, optimizer, guidance, config, local_epochs,
+                             max_grad_norm, named, precision)
+
+
+def _local_update(model, batches, loss_fn, optimizer, guidance, config, local_epochs,
+                  max_grad_norm, named, precision) -> LocalUpdateResult:
     start = OrderedDict((n, p.detach().clone()) for n, p in named)
     grad_sum = OrderedDict((n, torch.zeros_like(p)) for n, p in named)
     step_losses: list[float] = []
     terms: list[float] = []
     norms: list[float] = []
     n_examples = 0
-    timer = StepTimer(named[0][1].device)
+    device = named[0][1].device
+    timer = StepTimer(device)
     # eq. 7's inner product (or a differentiated norm) backpropagates through the gradient, a
     # double backward that PyTorch's fused attention kernels lack (CPU flash attention without
     # dropout, CUDA flash / memory-efficient): the forward then runs the math kernel (CT's
@@ -1283,7 +1300,8 @@ def fedsumm_local_update(
         n_examples = 0
         for batch in batches(epoch) if callable(batches) else batches:
             with timer.step():  # forward, eq. 7's objective, backward, update
-                with _math_attention() if double_backward else contextlib.nullcontext():
+                with (_math_attention() if double_backward else contextlib.nullcontext(),
+                      precision.autocast(device)):  # the forward; eq. 7 and backward outside
                     data_loss = loss_fn(model, batch)
                 if not torch.isfinite(data_loss):
                     raise FloatingPointError(

@@ -41,6 +41,7 @@ from fedrepro.grid import rehearsal_cell
 from fedrepro.io import InputError
 from fedrepro.models.backbones import builds_locally
 from fedrepro.papers.fedsumm.bart import CHINESE_BART_HUB_ID, CHINESE_BART_REVISION
+from fedrepro.precision import precision_cell
 
 RESULTS = "results"
 MODELS = ("bart", "ct", "bart-cd")
@@ -437,6 +438,7 @@ def make_cell(
         "threads": int(f.get("threads_per_cell", 1)),
         "engine": f.get("engine", "simulation"),
         "device": f.get("device", "auto"),
+        **precision_cell(f, "fedsumm"),  # only when not fp32: fedrepro.precision
         "gpus_per_client": float(f.get("gpus_per_client", 0.0)),
         "clients_per_round": algorithm.get("clients_per_round"),
         "server_state": {

@@ -83,6 +83,7 @@ from fedrepro.papers.fedsumm.algorithm import (
 )
 from fedrepro.data.seq2seq import IGNORE_INDEX, derive_seed
 from fedrepro.devices import cell_device, configure_torch, cpu_state, model_device, to_device
+from fedrepro.precision import Precision
 from fedrepro.fl.limits import rehearsal_limit
 from fedrepro.io import InputError, atomic_path, read_jsonl, write_json_atomic
 from fedrepro.logs import RoundProgress
@@ -314,22 +315,25 @@ def nll_sums(cell: Mapping, model, tok, records) -> tuple[float, int]:
     model.eval()
     total, count = 0.0, 0
     bs = int(cell["generation"]["batch_size"])
+    precision, device = Precision.from_cell(cell), model_device(model)
     for s in range(0, len(records), bs):
         batch = make_batch(cell, model, tok, records[s : s + bs])
         if hasattr(model, "get_encoder"):
-            logits, labels = _bart_logits_and_labels(model, batch)
+            with precision.region(device), precision.autocast(device):
+                logits, labels = _bart_logits_and_labels(model, batch)  # float32 logits
             logp = torch.log_softmax(logits, dim=-1)
             mask = labels != IGNORE_INDEX
             picked = logp.gather(2, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
             nll = -picked
         else:
-            probs = model(
-                batch["input_ids"],
-                batch["attention_mask"],
-                batch["decoder_input_ids"],
-                batch["src_ext_ids"],
-                batch["n_oov"],
-            )
+            with precision.region(device), precision.autocast(device):
+                probs = model(
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    batch["decoder_input_ids"],
+                    batch["src_ext_ids"],
+                    batch["n_oov"],
+                )
             labels = batch["labels"]
             mask = labels != IGNORE_INDEX
             picked = probs.gather(2, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
@@ -342,47 +346,51 @@ def nll_sums(cell: Mapping, model, tok, records) -> tuple[float, int]:
 @torch.no_grad()
 def generate(cell: Mapping, model, tok, records) -> list[str]:
     """Summaries of ``records`` (beam search per ``cell['generation']``; copy models decode over the
-    extended vocabulary with :func:`~fedrepro.papers.fedsumm.copy_transformer.generate_with_copy`)."""
-    from fedrepro.papers.fedsumm.bart import decode_text
-    from fedrepro.papers.fedsumm.copy_transformer import generate_with_copy
-
+    extended vocabulary with :func:`~fedrepro.papers.fedsumm.copy_transformer.generate_with_copy`),
+    under the cell's precision (``fedsumm.precision``: bf16-mixed decodes under autocast)."""
     gen = cell["generation"]
     model.eval()
     out: list[str] = []
     bs = int(gen["batch_size"])
-    for s in range(0, len(records), bs):
-        batch = make_batch(cell, model, tok, records[s : s + bs], with_targets=False)
-        if hasattr(model, "get_encoder"):
-            cfg = model.config
-            ids = model.generate(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                num_beams=int(gen["beam_size"]),
-                max_new_tokens=int(gen["max_new_tokens"]),
-                min_new_tokens=int(gen.get("min_new_tokens", 0)),
-                no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size", 0)),
-                length_penalty=float(gen.get("length_penalty", 1.0)),
-                early_stopping=int(gen["beam_size"]) > 1,
-                do_sample=False,
-                decoder_start_token_id=cfg.decoder_start_token_id,
-                eos_token_id=cfg.eos_token_id,
-                pad_token_id=cfg.pad_token_id,
-            )
-            out.extend(decode_text(tok, row.tolist()) for row in ids)
-        else:
-            out.extend(
-                generate_with_copy(
-                    model,
-                    tok,
-                    batch,
-                    max_new_tokens=int(gen["max_new_tokens"]),
-                    beam_size=int(gen["beam_size"]),
-                    min_new_tokens=int(gen.get("min_new_tokens", 0)),
-                    length_penalty=float(gen.get("length_penalty", 1.0)),
-                    no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size", 0)),
-                )
-            )
+    precision, device = Precision.from_cell(cell), model_device(model)
+    with precision.region(device), precision.autocast(device):
+        for s in range(0, len(records), bs):
+            out.extend(_generate_batch(cell, model, tok, records[s : s + bs], gen))
     return out
+
+
+def _generate_batch(cell: Mapping, model, tok, records, gen: Mapping) -> list[str]:
+    from fedrepro.papers.fedsumm.bart import decode_text
+    from fedrepro.papers.fedsumm.copy_transformer import generate_with_copy
+
+    batch = make_batch(cell, model, tok, records, with_targets=False)
+    if hasattr(model, "get_encoder"):
+        cfg = model.config
+        ids = model.generate(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            num_beams=int(gen["beam_size"]),
+            max_new_tokens=int(gen["max_new_tokens"]),
+            min_new_tokens=int(gen.get("min_new_tokens", 0)),
+            no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size", 0)),
+            length_penalty=float(gen.get("length_penalty", 1.0)),
+            early_stopping=int(gen["beam_size"]) > 1,
+            do_sample=False,
+            decoder_start_token_id=cfg.decoder_start_token_id,
+            eos_token_id=cfg.eos_token_id,
+            pad_token_id=cfg.pad_token_id,
+        )
+        return [decode_text(tok, row.tolist()) for row in ids]
+    return generate_with_copy(
+        model,
+        tok,
+        batch,
+        max_new_tokens=int(gen["max_new_tokens"]),
+        beam_size=int(gen["beam_size"]),
+        min_new_tokens=int(gen.get("min_new_tokens", 0)),
+        length_penalty=float(gen.get("length_penalty", 1.0)),
+        no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size", 0)),
+    )
 
 
 def evaluate_client(cell: Mapping, model, client: str, rouge: bool) -> dict:
@@ -528,6 +536,7 @@ def client_train_round(
         config,
         local_epochs=int(cell["train"]["local_epochs"]),
         max_grad_norm=cell["train"].get("max_grad_norm"),
+        precision=Precision.from_cell(cell),
     )
     stats = _finite(
         {
@@ -604,6 +613,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
             config,
             local_epochs=int(cell["train"]["local_epochs"]),
             max_grad_norm=cell["train"].get("max_grad_norm"),
+            precision=Precision.from_cell(cell),
         )
         rouge = bool(cell.get("rouge_every_round", False))
         evaluation = pool_evaluation(
