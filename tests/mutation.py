@@ -41,7 +41,8 @@ WORK = ROOT / ".mutation"
 PAPERS = "src/fedrepro/papers"
 ADA_TESTS = ["tests/test_step_adafedseleckd.py", "tests/test_ada_methods.py", "tests/test_adapters_kd.py",
              "tests/test_kd_fires.py"]
-MCP_TESTS = ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py", "tests/test_mcp.py"]
+MCP_TESTS = ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py", "tests/test_mcp.py",
+             "tests/test_mcp_exact.py"]
 SUM_TESTS = ["tests/test_step_fedsum.py", "tests/test_fedsum.py", "tests/test_fedsum_baselines.py"]
 SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py"]
 
