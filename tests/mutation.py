@@ -40,9 +40,10 @@ WORK = ROOT / ".mutation"
 
 PAPERS = "src/fedrepro/papers"
 ADA_TESTS = ["tests/test_step_adafedseleckd.py", "tests/test_ada_methods.py", "tests/test_adapters_kd.py",
-             "tests/test_kd_fires.py"]
+             "tests/test_kd_fires.py", "tests/test_kd_exact.py", "tests/test_ada_strategy_exact.py",
+             "tests/test_precision.py"]
 MCP_TESTS = ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py", "tests/test_mcp.py",
-             "tests/test_mcp_exact.py"]
+             "tests/test_mcp_exact.py", "tests/test_precision.py"]
 SUM_TESTS = ["tests/test_step_fedsum.py", "tests/test_fedsum.py", "tests/test_fedsum_baselines.py"]
 SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py"]
 
@@ -58,7 +59,9 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "fedsumm.algorithm": (f"{PAPERS}/fedsumm/algorithm.py", SUMM_TESTS),
     "fedsumm.strategy": (f"{PAPERS}/fedsumm/strategy.py", SUMM_TESTS),
     "fl.algorithms": ("src/fedrepro/fl/algorithms.py",
-                      ["tests/test_ada_methods.py", "tests/test_fedsum_baselines.py", "tests/test_step_fedsum.py"]),
+                      ["tests/test_ada_methods.py", "tests/test_ada_strategy_exact.py",
+                       "tests/test_step_adafedseleckd.py", "tests/test_fedsum_baselines.py",
+                       "tests/test_step_fedsum.py"]),
     "fl.dp": ("src/fedrepro/fl/dp.py", ["tests/test_dp.py", "tests/test_dp_exact.py"]),
 }
 

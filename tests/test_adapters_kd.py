@@ -194,5 +194,6 @@ def test_selective_kd_chunk_size_changes_no_bit(monkeypatch):
         loss.backward()
         results.append((loss.detach().numpy().tobytes(), student.grad.numpy().tobytes(),
                         mask.numpy().tobytes()))
+        assert results[-1] == results[0], elements  # at once: a wrong chunk loop fails here
     assert mask.any() and not mask.all()
     assert results[0] == results[1] == results[2]
