@@ -270,11 +270,11 @@ def test_fedmatch_cell_keeps_each_clients_patch(world, tmp_path, monkeypatch):
     starts = {}
     real, real_round = mcp_task.local_update, mcp_task.client_train_round
 
-    def spy(model, spec, batches, hp, server_state, prev_sent):
+    def spy(model, spec, batches, hp, server_state, prev_sent, **kwargs):
         if server_state is not None:  # what the round trains from, after the server's average
             model.load_shared_state(server_state)
         starts[spy.key] = {k: v.clone() for k, v in model.net.adapters["private"].state_dict().items()}
-        return real(model, spec, batches, hp, server_state, prev_sent)
+        return real(model, spec, batches, hp, server_state, prev_sent, **kwargs)
 
     def round_spy(cell, client, round_index, server_state):
         spy.key = (client, round_index)
@@ -335,10 +335,10 @@ def test_sampled_out_clients_keep_their_private_state(world, tmp_path, monkeypat
     starts, ends = {}, {}
     real = mcp_task.local_update
 
-    def spy(model, spec, batches, hp, server_state, prev_sent):
+    def spy(model, spec, batches, hp, server_state, prev_sent, **kwargs):
         key = (spy.client, spy.round)
         starts[key] = (mcp_task.private_state(model), prev_sent)
-        out = real(model, spec, batches, hp, server_state, prev_sent)
+        out = real(model, spec, batches, hp, server_state, prev_sent, **kwargs)
         ends[key] = (mcp_task.private_state(model), {k: v.clone() for k, v in model.shared_state().items()})
         return out
 
