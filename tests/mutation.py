@@ -56,14 +56,23 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "fedmcp.losses": (f"{PAPERS}/fedmcp/losses.py", MCP_TESTS),
     "fedmcp.methods": (f"{PAPERS}/fedmcp/methods.py", MCP_TESTS),
     "fedsum.algorithm": (f"{PAPERS}/fedsum/algorithm.py", SUM_TESTS),
-    "fedsum.strategy": (f"{PAPERS}/fedsum/strategy.py", SUM_TESTS),
+    "fedsum.strategy": (f"{PAPERS}/fedsum/strategy.py",
+                        SUM_TESTS + ["tests/test_fedsum_strategy_exact.py"]),
     "fedsumm.algorithm": (f"{PAPERS}/fedsumm/algorithm.py", SUMM_TESTS),
-    "fedsumm.strategy": (f"{PAPERS}/fedsumm/strategy.py", SUMM_TESTS),
+    "fedsumm.strategy": (f"{PAPERS}/fedsumm/strategy.py",
+                         SUMM_TESTS + ["tests/test_fedsumm_strategy_exact.py"]),
     "fl.algorithms": ("src/fedrepro/fl/algorithms.py",
                       ["tests/test_ada_methods.py", "tests/test_ada_strategy_exact.py",
                        "tests/test_step_adafedseleckd.py", "tests/test_fedsum_baselines.py",
                        "tests/test_step_fedsum.py"]),
     "fl.dp": ("src/fedrepro/fl/dp.py", ["tests/test_dp.py", "tests/test_dp_exact.py"]),
+    # the tasks' client rounds (what a ClientApp calls: load, train, what is sent), against the
+    # step tests that call them
+    "adafedseleckd.task": (f"{PAPERS}/adafedseleckd/task.py",
+                           ["tests/test_step_adafedseleckd.py", "tests/test_kd_fires.py"]),
+    "fedmcp.task": (f"{PAPERS}/fedmcp/task.py", ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py"]),
+    "fedsum.task": (f"{PAPERS}/fedsum/task.py", ["tests/test_step_fedsum.py", "tests/test_fedsum_exact.py"]),
+    "fedsumm.task": (f"{PAPERS}/fedsumm/task.py", ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py"]),
 }
 
 # what the tests read besides src/ and tests/ (configs, the generated samples' code, workflow)
