@@ -565,16 +565,21 @@ def make_copy_batch(
     return batch
 
 
-def copy_loss(model, batch: dict) -> torch.Tensor:
-    """Training loss of a copy model on a :func:`make_copy_batch` batch (NLL of the mixture)."""
-    probs = model(
+def copy_probs(model, batch: dict) -> torch.Tensor:
+    """A copy model's mixture distribution over the extended vocabulary for a
+    :func:`make_copy_batch` batch (teacher forcing)."""
+    return model(
         batch["input_ids"],
         batch["attention_mask"],
         batch["decoder_input_ids"],
         batch["src_ext_ids"],
         batch["n_oov"],
     )
-    return copy_nll_loss(probs, batch["labels"])
+
+
+def copy_loss(model, batch: dict) -> torch.Tensor:
+    """Training loss of a copy model on a :func:`make_copy_batch` batch (NLL of the mixture)."""
+    return copy_nll_loss(copy_probs(model, batch), batch["labels"])
 
 
 # -- generation -------------------------------------------------------------------------------------

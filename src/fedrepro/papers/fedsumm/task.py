@@ -310,7 +310,7 @@ def data_loss(model, batch: dict) -> torch.Tensor:
 @torch.no_grad()
 def nll_sums(cell: Mapping, model, tok, records) -> tuple[float, int]:
     """Σ token NLL and the number of target tokens of ``records`` (perplexity = exp(Σ/n))."""
-    from fedrepro.papers.fedsumm.copy_transformer import PROB_FLOOR
+    from fedrepro.papers.fedsumm.copy_transformer import PROB_FLOOR, copy_probs
 
     model.eval()
     total, count = 0.0, 0
@@ -327,13 +327,7 @@ def nll_sums(cell: Mapping, model, tok, records) -> tuple[float, int]:
             nll = -picked
         else:
             with precision.region(device), precision.autocast(device):
-                probs = model(
-                    batch["input_ids"],
-                    batch["attention_mask"],
-                    batch["decoder_input_ids"],
-                    batch["src_ext_ids"],
-                    batch["n_oov"],
-                )
+                probs = copy_probs(model, batch)
             labels = batch["labels"]
             mask = labels != IGNORE_INDEX
             picked = probs.gather(2, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
