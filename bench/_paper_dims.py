@@ -27,6 +27,7 @@ PAPER_BACKBONES = {
     # name: (hub architecture, adapter_top_k, bottleneck) -- config/paper.yaml, §IV-D
     "bart-large": ("facebook/bart-large", 6, 2048),
     "bart-base": ("facebook/bart-base", 3, 1536),
+    "led-large": ("allenai/led-large-16384", 6, 2048),
 }
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -52,13 +53,17 @@ def paper_summarizer(name: str, roles: tuple[str, ...], device: str, dtype: str,
     return model, settings
 
 
-def random_examples(n: int, vocab: int, source_length: int, target_length: int, seed: int = 0):
-    """``n`` examples of random tokens, lengths uniform in [length/2, length] (so batches pad)."""
+def random_examples(n: int, vocab: int, source_length: int, target_length: int, seed: int = 0,
+                    min_fraction: float = 0.5):
+    """``n`` examples of random tokens, lengths uniform in [length·min_fraction, length] (the
+    default 1/2: batches pad; 1.0: every example at full length)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
-        s = int(torch.randint(source_length // 2, source_length + 1, (1,), generator=g))
-        t = int(torch.randint(max(target_length // 2, 1), target_length + 1, (1,), generator=g))
+        s_lo = min(max(int(source_length * min_fraction), 1), source_length)
+        t_lo = min(max(int(target_length * min_fraction), 1), target_length)
+        s = int(torch.randint(s_lo, source_length + 1, (1,), generator=g))
+        t = int(torch.randint(t_lo, target_length + 1, (1,), generator=g))
         out.append({"id": f"ex{i}",
                     "input_ids": torch.randint(5, vocab, (s,), generator=g).tolist(),
                     "labels": torch.randint(5, vocab, (t,), generator=g).tolist()})

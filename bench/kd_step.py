@@ -18,6 +18,32 @@ and memory.  Each is timed without the cache (the prefix computed per padded bat
 warm ``fp32`` prefix cache (``--no-cache`` skips the latter).  The steps cycle over ``--batches``
 fixed batches; the variants are interleaved in a rotating order so that machine noise hits all
 alike; the JSON records the machine and settings.
+
+**Precision** (issue on GPU-hours, item 1): ``--precisions fp32,tf32,bf16-mixed,bf16-mixed+frozen-bf16``
+runs each method under each of the project's precision modes (:mod:`fedrepro.precision`, the
+``adafedseleckd.precision`` / ``frozen_dtype`` keys: autocast around the forward and the loss,
+float32 master weights) side by side in one process; ``+frozen-bf16`` variants run on a second copy
+of the model whose frozen backbone is stored in bfloat16.  Every variant starts from the same
+adapter state and sees the same batches in the same order, so ``loss_after_steps`` (the loss of the
+last measured step) and ``max_abs_loss_diff_vs_fp32`` compare their training trajectories.
+(``--dtype`` casts the whole model, adapters included -- the older, non-config measurement.)
+
+**Model FLOPs and MFU** (item 2): the FLOPs of one step of each variant are counted by PyTorch's
+``FlopCounterMode`` on an extra, unmeasured step (:func:`fedrepro.flops.count_flops`: the matrix
+products the step really dispatches) and computed from the model's dimensions by
+:func:`fedrepro.flops.seq2seq_adapter_step_flops` (BART; S = batch·source, T = batch·target
+tokens, d, f, V, m the model's width, FFN width, vocabulary and adapter bottleneck, L_e/L_d encoder
+and decoder layers, K adapted layers)::
+
+    prefix   = L_e (8 S d^2 + 4 S d f + 4 b s^2 d) + (L_d - K) (dec + 4 S d^2)   forward, no grad
+    dec      = 8 T d^2 + 4 b t^2 d + 4 T d^2 + 4 b t s d + 4 T d f               one decoder layer
+    forward  = K (dec + 4 S d^2 + 4 T d m) + 2 T d V                              adapted layers + head
+    backward = 2 T d V + (K - 1) dec + 8 K T d m - 2 T d m                        input + adapter grads
+    teacher  = K (dec + 4 T d m) + 2 T d V      (KD methods; cross-attention k/v memoised)
+
+MFU = FLOPs / (median step time × the device's dense peak for the arithmetic): both against the
+precision's own peak (fp32 FMA, TF32, bf16 tensor cores) and against the bf16 dense peak
+(``mfu_vs_bf16_peak``: the issue's 30 % target); ``None`` on the CPU (no peak is assumed).
 """
 
 from __future__ import annotations
@@ -34,7 +60,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _paper_dims import DTYPES, machine, now, paper_summarizer, random_examples, sync
+from _paper_dims import (DTYPES, PAPER_BACKBONES, machine, now, paper_summarizer,
+                         random_examples, sync)
 
 from fedrepro.data.seq2seq import collate
 from fedrepro.io import write_json_atomic
@@ -71,18 +98,51 @@ def _tiny_summarizer(args) -> tuple:
                    "bottleneck": args.bottleneck}
 
 
+PRECISION_VARIANTS = ("fp32", "tf32", "bf16-mixed", "bf16-mixed+frozen-bf16")
+
+
+def _precision(variant: str):
+    from fedrepro.precision import Precision
+
+    mode, _, frozen = variant.partition("+frozen-")
+    return Precision(mode, frozen or "fp32", "adafedseleckd")
+
+
+def _analytic_flops(model, batch: dict, args, teacher: bool, cached: bool) -> int:
+    from fedrepro.flops import seq2seq_adapter_step_flops
+
+    cfg = model.backbone.config
+    b, s = batch["input_ids"].shape
+    t = batch["decoder_input_ids"].shape[1]
+    return seq2seq_adapter_step_flops(
+        batch=b, source_len=s, target_len=t, d_model=cfg.d_model,
+        ffn_dim=cfg.encoder_ffn_dim, encoder_layers=cfg.encoder_layers,
+        decoder_layers=cfg.decoder_layers, vocab=cfg.vocab_size,
+        top_k=len(model.stacks["local"].layers),
+        bottleneck=model.stacks["local"].layers[0].down.out_features,
+        teacher=teacher, prefix_computed=not cached)["total"]
+
+
 def main() -> None:
+    from fedrepro.flops import count_flops, mfu
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--backbone", default="tiny", choices=["tiny", "bart-large", "bart-base"])
+    ap.add_argument("--backbone", default="tiny", choices=["tiny", *PAPER_BACKBONES])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
+                    help="cast the whole model (adapters too); the config's way is --precisions")
+    ap.add_argument("--precisions", default="fp32",
+                    help=f"comma-separated precision variants, of {list(PRECISION_VARIANTS)}")
+    ap.add_argument("--methods", default="AdaFedSelectKD,AdaFedAvg")
     ap.add_argument("--steps", type=int, default=60, help="measured steps per variant")
     ap.add_argument("--warmup", type=int, default=5, help="unmeasured steps per variant first")
     ap.add_argument("--batches", type=int, default=4, help="distinct batches the steps cycle over")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--source-length", type=int, default=384, help="longest source (tokens)")
     ap.add_argument("--target-length", type=int, default=64, help="longest target (tokens)")
+    ap.add_argument("--fixed-lengths", action="store_true",
+                    help="every example exactly --source-length/--target-length tokens (no padding)")
     ap.add_argument("--adapter-top-k", type=int, default=2, help="tiny backbone only")
     ap.add_argument("--bottleneck", type=int, default=128, help="tiny backbone only")
     ap.add_argument("--no-cache", action="store_true", help="skip the cached variants")
@@ -91,15 +151,28 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device here")
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    for p in precisions:
+        if p not in PRECISION_VARIANTS:
+            raise SystemExit(f"--precisions: {p!r} is not one of {list(PRECISION_VARIANTS)}")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.backbone == "tiny":
         model, model_settings = _tiny_summarizer(args)
     else:
         model, model_settings = paper_summarizer(args.backbone, ("global", "local"), args.device,
                                                  args.dtype)
+    models = {"fp32": model}
+    if any("+frozen-" in p for p in precisions):
+        import copy
+
+        frozen = copy.deepcopy(model)
+        _precision("bf16-mixed+frozen-bf16").cast_frozen(frozen)
+        models["bf16"] = frozen
     cfg = model.backbone.config
     pad_id, start_id = int(cfg.pad_token_id), int(cfg.decoder_start_token_id)
+    lo = 1.0 if args.fixed_lengths else 0.5
     examples = random_examples(args.batches * args.batch_size, cfg.vocab_size,
-                               args.source_length, args.target_length)
+                               args.source_length, args.target_length, min_fraction=lo)
     batches = [collate(examples[i : i + args.batch_size], pad_id, start_id)
                for i in range(0, len(examples), args.batch_size)]
     hp = TrainHParams(lr=2e-4, weight_decay=0.01, batch_size=args.batch_size, local_epochs=1,
@@ -107,56 +180,106 @@ def main() -> None:
     device = torch.device(args.device)
     cache = PrefixCache("fp32", 1 << 62)
     cache.begin(model, "bench", examples)
-    # variant -> (method, prefix cache); one optimizer per variant (AdamW state of its own)
-    variants = {"AdaFedSelectKD": ("AdaFedSelectKD", None), "AdaFedAvg": ("AdaFedAvg", None)}
-    if not args.no_cache:
-        variants |= {"AdaFedSelectKD+cache": ("AdaFedSelectKD", cache),
-                     "AdaFedAvg+cache": ("AdaFedAvg", cache)}
+    # variant -> (method, prefix cache, precision variant)
+    variants: dict[str, tuple] = {}
+    for prec in precisions:
+        suffix = "" if precisions == ["fp32"] else f"@{prec}"
+        for m in methods:
+            variants[f"{m}{suffix}"] = (m, None, prec)
+            if not args.no_cache and prec == "fp32":
+                variants[f"{m}+cache{suffix}"] = (m, cache, prec)
+    if any(c is not None for _, c, _ in variants.values()):
         for b in batches:  # fill the cache (not measured)
             cache.batch_prefix(model, b, {k: v.to(device) for k, v in b.items()})
-    optimizers = {name: make_optimizer(model, hp) for name in variants}
+
+    def model_of(prec: str):
+        return models["bf16" if "+frozen-" in prec else "fp32"]
+
+    optimizers = {name: make_optimizer(model_of(v[2]), hp) for name, v in variants.items()}
     init = model.adapter_state("local")
     states = {name: init for name in variants}
-    model.train()
+    for m in models.values():
+        m.train()
     times: dict[str, list[float]] = {name: [] for name in variants}
+    losses: dict[str, list[float]] = {name: [] for name in variants}
     peak: dict[str, int] = {}
     names = list(variants)
+
+    def run_step(name: str, batch: dict):
+        method, prefix_cache, prec = variants[name]
+        spec = METHODS[method]
+        tau = hp.tau if spec.selective else float("inf")
+        mdl = model_of(prec)
+        mdl.load_adapter_state("local", states[name])
+        precision = _precision(prec)
+        with precision.region(device):
+            out = _step(mdl, spec, batch, device, hp, tau, optimizers[name], None, prefix_cache,
+                        precision)
+        states[name] = mdl.adapter_state("local")
+        return out
+
     for i in range(args.warmup + args.steps):
         batch = batches[i % len(batches)]
         k = i % len(names)
         for name in names[k:] + names[:k]:
-            method, prefix_cache = variants[name]
-            spec = METHODS[method]
-            tau = hp.tau if spec.selective else float("inf")
-            model.load_adapter_state("local", states[name])
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             sync(args.device)
             t0 = time.perf_counter()
-            _step(model, spec, batch, device, hp, tau, optimizers[name], None, prefix_cache)
+            loss = run_step(name, batch)[0]
             sync(args.device)
             dt = time.perf_counter() - t0
-            states[name] = model.adapter_state("local")
+            losses[name].append(float(loss.detach()))
             if i >= args.warmup:
                 times[name].append(dt)
             if device.type == "cuda":
                 peak[name] = max(peak.get(name, 0), torch.cuda.max_memory_allocated())
+    # FLOPs: one extra, unmeasured step per variant under the counter (after the measured ones,
+    # so it changes none of the compared trajectories), and the formula at the same batch
+    flops, analytic = {}, {}
+    for name in names:
+        method, prefix_cache, prec = variants[name]
+        batch = batches[0]
+        _, flops[name] = count_flops(lambda: run_step(name, batch))
+        if args.backbone in ("tiny", "bart-large", "bart-base"):
+            analytic[name] = _analytic_flops(model, batch, args, METHODS[method].distill,
+                                             prefix_cache is not None)
+    gpu = torch.cuda.get_device_name() if device.type == "cuda" else None
     med = {k: statistics.median(v) for k, v in times.items()}
+    ref = {m: losses.get(f"{m}@fp32", losses.get(m)) for m in methods}
     result = {
         "benchmark": "kd_step",
         "what": "median wall time of one training step (prefix, forward, backward, AdamW) per "
-                "method; +cache: the frozen prefix from a warm fp32 prefix cache",
+                "method and precision; +cache: the frozen prefix from a warm fp32 prefix cache; "
+                "flops: FlopCounterMode's count of one step at batches[0]; mfu against the "
+                "precision's dense peak and against the bf16 dense peak",
         "step_time_s": med,
         "step_time_mean_s": {k: statistics.fmean(v) for k, v in times.items()},
-        "ratio_selectkd_over_fedavg": med["AdaFedSelectKD"] / med["AdaFedAvg"],
-        "target_ratio": TARGET,
+        "flops_per_step": flops,
+        "flops_per_step_formula": analytic,
+        "mfu": {name: mfu(flops[name], med[name], gpu, variants[name][2].partition("+")[0]
+                          if args.dtype == "float32" else args.dtype) for name in names},
+        "loss_after_steps": {k: v[-1] for k, v in losses.items()},
+        "max_abs_loss_diff_vs_fp32": {
+            k: max(abs(a - b) for a, b in zip(v, ref[variants[k][0]])) for k, v in losses.items()
+            if ref.get(variants[k][0]) is not None},
         "settings": {k: v for k, v in vars(args).items()
                      if args.backbone == "tiny" or k not in ("adapter_top_k", "bottleneck")}
                     | {"model": model_settings, "backbone_dropout": False},
         "machine": machine(args.device),
         "date": now(),
     }
-    if not args.no_cache:
+    sel, avg = methods[0], methods[-1]
+    if "AdaFedSelectKD" in methods and "AdaFedAvg" in methods:
+        sel, avg = "AdaFedSelectKD", "AdaFedAvg"
+        suffix0 = "" if precisions == ["fp32"] else f"@{precisions[0]}"
+        result["ratio_selectkd_over_fedavg"] = med[sel + suffix0] / med[avg + suffix0]
+        result["target_ratio"] = TARGET
+    if len(precisions) > 1 and "fp32" in precisions:
+        result["ratio_over_fp32"] = {
+            name: med[name] / med[f"{variants[name][0]}@fp32"] for name in names
+            if variants[name][1] is None}
+    if not args.no_cache and "fp32" in precisions and precisions == ["fp32"]:
         result["ratio_selectkd_over_fedavg_cached"] = (
             med["AdaFedSelectKD+cache"] / med["AdaFedAvg+cache"])
         result["ratio_cached_over_uncached"] = {
@@ -165,8 +288,8 @@ def main() -> None:
     if peak:
         result["peak_gpu_bytes"] = peak
     write_json_atomic(args.out, result)
-    print(json.dumps({k: v for k, v in result.items() if k.startswith(("step_time_s", "ratio"))},
-                     indent=2))
+    print(json.dumps({k: v for k, v in result.items()
+                      if k.startswith(("step_time_s", "ratio", "mfu", "flops"))}, indent=2))
 
 
 if __name__ == "__main__":

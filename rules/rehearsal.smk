@@ -2,9 +2,15 @@
 # when the Snakefile has moved the working directory to results/rehearsal/ and common.smk has
 # reduced the config (fedrepro.rehearsal.plan.apply).  Every path below is relative to it.
 if config.get("rehearsal"):
+    import os
+
+    from fedrepro.devices import COUNT_FLOPS_ENV
     from fedrepro.rehearsal import plan as rplan
 
     REHEARSAL = rplan.document(config)
+    # every cell job counts one training step's FLOPs per method (fedrepro.devices.StepTimer):
+    # the report's MFU; jobs inherit Snakemake's environment (a SLURM job too: --export=ALL)
+    os.environ[COUNT_FLOPS_ENV] = "1"
 
     localrules:
         rehearsal_plan,

@@ -225,6 +225,34 @@ def test_report_measures_and_projects(tmp_path):
     assert hours[0]["cells"] == 2 and math.isclose(hours[0]["train_hours"], round(2 * p["train_hours"], 2))
 
 
+def test_report_gives_flops_and_mfu_from_the_counted_step_and_the_gpu(tmp_path):
+    from fedrepro.io import read_json
+
+    entry = _fake_cell(tmp_path)
+    prov_path = tmp_path / entry["cell"] / "provenance.json"
+    prov = read_json(prov_path)
+    row = report.measure_cell(entry, tmp_path, plan.DEFAULTS, full_rounds=10)
+    assert row["flops_per_step"] is None and row["mfu"] is None and row["device"] == "cpu"
+    prov["timing"]["rounds"][0]["clients"][1]["flops_per_step"] = 3.0e12
+    for r in prov["timing"]["rounds"]:
+        for c in r["clients"]:
+            c["peak_gpu_mb"] = 100.0
+    prov["machine"] = {"cuda": True, "gpu": "NVIDIA H100 80GB HBM3"}
+    prov["cell"]["precision"] = "bf16-mixed"
+    write_json_atomic(prov_path, prov)
+    row = report.measure_cell(entry, tmp_path, plan.DEFAULTS, full_rounds=10)
+    # 3 TFLOP per 2 s step = 1.5 TFLOP/s of the H100's 989.4 bf16 dense peak
+    assert row["device"] == "cuda" and row["precision"] == "bf16-mixed"
+    assert row["flops_per_step"] == 3.0e12 and row["tflops_per_s"] == pytest.approx(1.5)
+    assert row["mfu"] == pytest.approx(1.5 / 989.4) == row["mfu_vs_bf16_peak"]
+    prov["cell"].pop("precision")  # fp32: against the FMA peak, and the bf16 one beside it
+    write_json_atomic(prov_path, prov)
+    row = report.measure_cell(entry, tmp_path, plan.DEFAULTS, full_rounds=10)
+    assert row["mfu"] == pytest.approx(1.5 / 66.9)
+    assert row["mfu_vs_bf16_peak"] == pytest.approx(1.5 / 989.4)
+    assert "2.2 % (0.2 %)" in report._mfu_text(row)
+
+
 def test_report_names_the_failure(tmp_path):
     entry = _fake_cell(tmp_path)
     (tmp_path / entry["cell"] / "scores.json").unlink()

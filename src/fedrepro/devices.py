@@ -60,29 +60,62 @@ def configure_torch(threads: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+_FLOPS_COUNTED: set = set()
+"""The ``flop_key``s whose step this process has counted (:class:`StepTimer`)."""
+
+COUNT_FLOPS_ENV = "FEDREPRO_COUNT_FLOPS"
+"""Set to 1 (the rehearsal does: rules/rehearsal.smk) to count the FLOPs of one step per key."""
+
+
 class StepTimer:
     """Time optimizer steps (forward, backward, update) for the rehearsal report and provenance.
 
     ``with timer.step(): ...`` around one step; :meth:`stats` gives ``seconds_steps`` (the sum),
     ``steps`` is not repeated here (the training loops count their batches themselves) and, on
-    CUDA, ``peak_gpu_mb`` (``torch.cuda.max_memory_allocated`` of this process).  On CUDA the
-    timer synchronises before reading the clock, so a step's time is its kernels' time.  Keys
-    starting with ``seconds`` or ``peak`` are measurements: the strategy moves them out of the
-    round log (a result) into the cell's timing files (provenance), see
+    CUDA, ``peak_gpu_mb`` (``torch.cuda.max_memory_allocated`` of this process).
+    On CUDA the timer synchronises before reading the clock, so a step's time is its kernels' time.
+    Keys starting with ``seconds``, ``peak`` or ``flops`` are measurements: the strategy
+    moves them out of the round log (a result) into the cell's timing files (provenance), see
     :data:`fedrepro.fl.strategy.MEASUREMENT_PREFIXES`.
+
+    **Model FLOPs** (for MFU, :mod:`fedrepro.flops`): with ``FEDREPRO_COUNT_FLOPS=1`` in the
+    environment, the first step of each ``flop_key`` (the method; once per process) runs under
+    PyTorch's FLOP counter and is reported as ``flops_per_step``; the counter slows that step
+    down, so it is left out of ``seconds_steps``/``seconds_per_step`` (its time is
+    ``seconds_flop_step``).  Counting only observes the operators: the step's values are the same.
     """
 
-    def __init__(self, device: torch.device | str | None = None) -> None:
+    def __init__(self, device: torch.device | str | None = None, flop_key: str | None = None) -> None:
         self.cuda = torch.device(device or "cpu").type == "cuda"
         self.seconds = 0.0
         self.steps = 0
+        self.flop_key = flop_key or "default"
+        self.flops: int | None = None
+        self.flop_seconds = 0.0
 
     def _sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
 
+    def _count_this_step(self) -> bool:
+        import os
+
+        return os.environ.get(COUNT_FLOPS_ENV) == "1" and self.flop_key not in _FLOPS_COUNTED
+
     @contextlib.contextmanager
     def step(self):
+        if self._count_this_step():
+            from fedrepro.flops import counting
+
+            _FLOPS_COUNTED.add(self.flop_key)
+            self._sync()
+            t0 = time.perf_counter()
+            with counting() as total:
+                yield
+            self._sync()
+            self.flop_seconds += time.perf_counter() - t0
+            self.flops = int(total())
+            return
         self._sync()
         t0 = time.perf_counter()
         yield
@@ -92,6 +125,9 @@ class StepTimer:
 
     def stats(self) -> dict:
         out = {"seconds_steps": self.seconds, "seconds_per_step": self.seconds / max(self.steps, 1)}
+        if self.flops is not None:
+            out["flops_per_step"] = self.flops
+            out["seconds_flop_step"] = self.flop_seconds
         if self.cuda:
             out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
         return out

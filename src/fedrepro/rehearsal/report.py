@@ -34,6 +34,7 @@ import math
 import statistics
 from pathlib import Path
 
+from fedrepro.flops import mfu
 from fedrepro.io import read_json, write_json_atomic, write_text_atomic
 
 ERROR_MARKERS = ("Error", "error", "Traceback", "Exception", "Killed", "MemoryError")
@@ -137,6 +138,14 @@ def measure_cell(entry: dict, root: Path, settings: dict, full_rounds: int | Non
         ),
         "parameters": prov.get("parameters"),
     })
+    # -- model FLOPs per step (one counted step per method: fedrepro.devices.StepTimer) and MFU
+    counted = [float(c["flops_per_step"]) for r in rounds for c in r.get("clients", [])
+               if c.get("flops_per_step")]
+    precision = str(cell.get("precision", "fp32"))
+    out["precision"] = precision
+    out["flops_per_step"] = max(counted) if counted else None
+    gpu_name = (prov.get("machine") or {}).get("gpu") if out["device"] == "cuda" else None
+    out.update(mfu(out["flops_per_step"], out["step_s"], gpu_name, precision))
     # -- projection to the paper's rounds and data
     sizes = _train_sizes(cell, root)
     proj: dict = {"full_rounds": full_rounds, "assumption": "step time linear in the batch"}
@@ -644,6 +653,13 @@ def _fmt(x, digits=1):
     return str(x)
 
 
+def _mfu_text(r: dict) -> str:
+    """``12.3 % (1.2 %)``: MFU against the precision's peak (against the bf16 dense peak)."""
+    if r.get("mfu") is None:
+        return "–"
+    return f"{100 * r['mfu']:.1f} % ({100 * r['mfu_vs_bf16_peak']:.1f} %)"
+
+
 def render_md(report: dict) -> str:
     s = report["settings"]
     lines = [
@@ -658,9 +674,10 @@ def render_md(report: dict) -> str:
         "",
         "Backbones: " + ", ".join(f"{k} ({v})" for k, v in sorted(report["backbones"].items())),
         "",
-        "| paper | method | backbone | setting | status | s/round | step s (batch) | peak RSS MB "
-        "| declared MB | mem ok | bytes/round | projected train h | declared h | time ok |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| paper | method | backbone | setting | status | s/round | step s (batch) | GFLOP/step "
+        "| MFU (bf16 peak) | peak RSS MB | declared MB | mem ok | bytes/round | projected train h "
+        "| declared h | time ok |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["cells"]:
         p = r.get("projection") or {}
@@ -671,6 +688,8 @@ def render_md(report: dict) -> str:
             f"| {r['paper']} | {r['method']} | {r['backbone']} | {r['setting']} | {r['status']} "
             f"| {_fmt(statistics.mean(rs) if rs else None)} "
             f"| {_fmt(r.get('step_s'), 2)} ({r.get('effective_batch', '–')}/{r.get('batch_size', '–')}) "
+            f"| {_fmt(r['flops_per_step'] / 1e9 if r.get('flops_per_step') else None, 1)} "
+            f"| {_mfu_text(r)} "
             f"| {_fmt(r.get('peak_rss_mb'), 0)} | {_fmt(d.get('mem_mb'))} | {_fmt(p.get('memory_covered'))} "
             f"| {_fmt(r.get('bytes_per_round'))} | {_fmt(p.get('train_hours'), 2)} | {_fmt(declared_h, 1)} "
             f"| {_fmt(p.get('runtime_covered'))} |"
@@ -787,6 +806,11 @@ def build(plan: dict, root: str | Path, json_out: str | Path, md_out: str | Path
             "corpus sizes -- so rerun with data: configured on the real data for real figures).",
             "Memory is measured at the rehearsal's batch (see the effective batch column).",
             "kind: shape backbones have random weights: time and memory only, no results.",
+            "GFLOP/step: one training step per method counted by PyTorch's FLOP counter (matrix "
+            "work: forward, backward, double backward; fedrepro.flops) at the rehearsal's batch; "
+            "MFU = that / (median step time x the GPU's dense peak for the cell's precision), in "
+            "brackets against the bf16 dense peak; none on the CPU.  At the rehearsal's 2-example "
+            "batches a GPU is mostly idle: the paper-batch MFU is the benchmarks' (bench/kd_step.py).",
             "warn: a number outside its stated bound (Checks); it does not fail the rehearsal.",
         ],
     }

@@ -159,7 +159,7 @@ def local_update(
     precision = Precision.of(precision)
     model.train()
     device = model_device(model)
-    timer = StepTimer(device)
+    timer = StepTimer(device, flop_key=f"adafedseleckd:{spec.name}")
     tau = hp.tau if spec.selective else math.inf
     total_loss, n_batches, n_tokens, n_kd = 0.0, 0, 0, 0
     if prefix_cache is not None:

@@ -568,7 +568,7 @@ def _local_update(model, method, batches, hp, server_state, prev_shared_state, p
     if named != spec.name:
         raise ValueError(f"local_update for {named!r} on a {spec.name} model")
     lr = hp.full_ft_lr if spec.kind == "full_ft" else hp.lr
-    timer = StepTimer(model_device(model))
+    timer = StepTimer(model_device(model), flop_key=f"fedmcp:{spec.name}")
     if spec.federated and server_state is not None:
         model.load_shared_state(server_state)
     snapshot = model.shared_state()  # the received average, fixed for the round

@@ -831,7 +831,7 @@ def _fedsum_local_update(model, epoch_batches, broadcast, hp, variant, *, client
 
     variant = get_variant(variant)
     device = model_device(model)
-    timer = StepTimer(device)
+    timer = StepTimer(device, flop_key=f"fedsum:{variant.name}")
     t, total = int(broadcast.round), int(broadcast.total_rounds)
     if not 1 <= t <= total:
         raise InputError(f"broadcast round {t} outside 1..{total}")

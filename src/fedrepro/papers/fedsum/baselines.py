@@ -424,7 +424,7 @@ def _baseline_local_update(model, method, epoch_batches, hp, *, client, t, seed,
 
     spec = get_baseline(method)
     device = model_device(model)
-    timer = StepTimer(device)
+    timer = StepTimer(device, flop_key=f"fedsum:{spec.name}")
     if spec.receives_global_model and global_state is not None:
         model.load_federated_state(global_state)
     torch.manual_seed(derive_seed(seed, "fedsum-baseline", spec.name, client, t))
