@@ -4,6 +4,7 @@ run, FedAvg vs FedSUMM, resume after a kill, the local regimes, evaluation, erro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -669,3 +670,58 @@ def test_a_cell_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind
 def test_a_row_job_killed_at_seeded_moments_reruns_to_the_same_bytes(killable, kind, seed):
     root, job, seconds = killable["row"]
     faults.check_kill_and_rerun(root, job, [f"cells/{r}" for r in ROW], 2, kind, seed, seconds)
+
+
+# -- the resident working model of the clients (issue 25) -----------------------------------------
+def _fresh_run(monkeypatch, cell: dict) -> Path:
+    """``cell`` with every client call building its own model (the code before the cache)."""
+
+    @contextlib.contextmanager
+    def fresh(cell, state, where):
+        model = fedsumm_task.build_model(cell)
+        fedsumm_task.load_shared_state(model, state, where)
+        yield model
+
+    with monkeypatch.context() as m:
+        m.setattr(fedsumm_task, "client_model", fresh)
+        return _run(cell)
+
+
+@pytest.mark.parametrize("model, regime", [("bart", "FedSUMM"), ("ct", "FedAvg"), ("bart-cd", "FedSUMM")])
+def test_the_cached_client_model_gives_the_bits_of_a_fresh_build(world, tmp_path, monkeypatch,
+                                                                  model, regime):
+    cached = _run(_cell(world, tmp_path, model, regime, "cached", rouge_every_round=True))
+    fresh = _fresh_run(monkeypatch, _cell(world, tmp_path, model, regime, "fresh",
+                                          rouge_every_round=True))
+    assert (cached / "adapters.safetensors").read_bytes() == (fresh / "adapters.safetensors").read_bytes()
+    for a, b in zip(_rounds(cached), _rounds(fresh), strict=True):
+        assert a["evaluation"] == b["evaluation"]
+        assert a["step_losses"] == b["step_losses"] and a["rho"] == b["rho"]
+
+
+def test_a_client_never_sees_another_clients_state(world, tmp_path):
+    """The cached model holds exactly the state the call received: every trainable tensor is
+    overwritten, no gradient of the previous call survives, and it is the same object (no rebuild)."""
+    cell = _cell(world, tmp_path, "bart", "FedSUMM", "isolation")
+    w0 = fedsumm_task.initial_state(cell)
+    g = torch.Generator().manual_seed(3)
+    other = OrderedDict((k, v + torch.randn(v.shape, generator=g)) for k, v in w0.items())
+    with fedsumm_task.client_model(cell, other, "a") as model:
+        first = model
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)  # as a finished training call leaves them
+    with fedsumm_task.client_model(cell, w0, "b") as model:
+        assert model is first
+        assert all(p.grad is None for p in model.parameters())
+        for k, v in fedsumm_task.shared_state(model).items():
+            assert torch.equal(v, w0[k]), k
+        # in use: a second (e.g. a timed-out client's) call gets a model of its own
+        with fedsumm_task.client_model(cell, other, "c") as second:
+            assert second is not model
+            assert all(torch.equal(v, other[k]) for k, v in fedsumm_task.shared_state(second).items())
+        assert all(torch.equal(v, w0[k]) for k, v in fedsumm_task.shared_state(model).items())
+    # the CPU random state after the call is the one a fresh build leaves
+    with fedsumm_task.client_model(cell, w0, "d"):
+        cached = torch.get_rng_state()
+    fedsumm_task.build_model(cell)
+    assert torch.equal(cached, torch.get_rng_state())

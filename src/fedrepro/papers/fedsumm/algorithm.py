@@ -785,9 +785,12 @@ def discrepancy_ratios(
     client_sum: Sequence[torch.Tensor],
     global_sum: Sequence[torch.Tensor],
     reduction: str = "expected",
+    global_totals: Sequence[torch.Tensor] | None = None,
 ) -> list[float]:
     """Eq. 5 per softmax group: ``ρ_G = Σ_t σ_c,t / Σ_t σ_g,t`` over the group's entries, reduced
-    to a scalar (:func:`discrepancy_ratio` for the reductions); one value per group."""
+    to a scalar (:func:`discrepancy_ratio` for the reductions); one value per group.
+    ``global_totals``: ``_float64_sum`` of each ``global_sum`` entry when the caller has them
+    (:func:`global_totals`; the same values, not computed again)."""
     if len(client_sum) != len(global_sum) or not client_sum:
         raise InputError(
             "client and global softmax sums must have the same, non-zero number of scopes"
@@ -795,12 +798,14 @@ def discrepancy_ratios(
     if reduction not in ("mean", "expected"):
         raise InputError(f"rho_reduction must be 'mean' or 'expected', got {reduction!r}")
     values = []
-    for sc, sg in zip(client_sum, global_sum):
+    totals = global_totals if global_totals is not None else [None] * len(global_sum)
+    for sc, sg, total_g in zip(client_sum, global_sum, totals):
         if sc.shape != sg.shape:
             raise InputError(f"softmax sums of shapes {tuple(sc.shape)} and {tuple(sg.shape)}")
         sc, sg = sc.reshape(-1), sg.reshape(-1)
         out = sc.to(torch.float64, copy=True)  # "mean": p/q; "expected": p·p/q
-        total_c, total_g = out.sum(), _float64_sum(sg)
+        total_c = out.sum()
+        total_g = _float64_sum(sg) if total_g is None else total_g
         for i in range(0, out.numel(), _RATIO_CHUNK):  # element-wise, in chunks
             j = i + _RATIO_CHUNK
             ratio = _normalised_ratio(sc[i:j], sg[i:j], total_c, total_g)
@@ -811,6 +816,13 @@ def discrepancy_ratios(
         values.append(float(out.mean() if reduction == "mean" else out.sum()))
         del out
     return values
+
+
+def global_totals(global_sum: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``Σ S_g`` of every softmax group in float64 (:func:`_float64_sum`): what
+    :func:`discrepancy_ratios` and :func:`rho_statistics` compute from S_g, once for every client
+    that shares S_g."""
+    return [_float64_sum(sg) for sg in global_sum]
 
 
 def _float64_sum(t: torch.Tensor) -> torch.Tensor:
@@ -875,6 +887,7 @@ def rho_statistics(
     slices: Sequence[Sequence[tuple[str, int, int]]],
     reduction: str = "expected",
     group_values: Sequence[float] | None = None,
+    global_totals: Sequence[torch.Tensor] | None = None,
 ) -> dict[str, dict[str, float]]:
     """The distribution of ρ − 1 behind one client's scalar ρ (the round log's ``rho_statistics``).
 
@@ -889,14 +902,15 @@ def rho_statistics(
     ΣS_c) / S_g,i``, the normalising factor from float64 sums; error ~1e-7 per entry), the
     per-tensor sums in float32 (PyTorch's cascade summation) per chunk; tensor by tensor in
     chunks, plus one parameter-sized float32 array of ρ_i − 1 for the quantiles (NumPy's
-    partition, in place).
+    partition, in place).  ``global_totals``: as :func:`discrepancy_ratios`.
     """
     total = sum(n for group in slices for _, _, n in group)
+    totals = global_totals if global_totals is not None else [None] * len(global_sum)
     dev = np.empty(total, dtype=np.float32)
     tensor_values, pos = [], 0
-    for sc, sg, group in zip(client_sum, global_sum, slices, strict=True):
+    for sc, sg, group, total_g in zip(client_sum, global_sum, slices, totals, strict=True):
         sc, sg = sc.reshape(-1), sg.reshape(-1)
-        factor = float(_float64_sum(sg) / _float64_sum(sc))
+        factor = float((_float64_sum(sg) if total_g is None else total_g) / _float64_sum(sc))
         for _, start, n in group:
             weighted, weight, plain = 0.0, 0.0, 0.0
             for i in range(start, start + n, _RATIO_CHUNK):
@@ -1010,12 +1024,15 @@ class DiscrepancyTracker:
         )
         slices = group_slices(global_params, self.scope) if statistics else None
         new_global: dict[str | None, str] = {}  # S_g before this round -> S_g after it
+        read: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}  # S_g, its sums
         out: dict[str, RhoResult] = {}
         for c, params in clients_params.items():
             _check_same_keys(global_params, params, f"client {c!r}")
             sc = softmax_normalize(params, self.scope)
             if self.window == "round":
-                out[c] = self._result(sc, sg_t, slices)
+                if "round" not in read:
+                    read = {"round": (sg_t, global_totals(sg_t))}
+                out[c] = self._result(sc, *read["round"], slices)
                 continue
             old = self.client_sums.get(c)
             if old is not None:
@@ -1027,16 +1044,21 @@ class DiscrepancyTracker:
                 del sg
             self.client_sums[c] = self.store.put("rho-client", _numbered(sc), copy=False)
             self.global_sums[c] = new_global[prev]
-            out[c] = self._result(sc, self._vector(new_global[prev]), slices)
+            name = new_global[prev]
+            if name not in read:  # read (and summed) once for the clients that share it
+                sg = self._vector(name)
+                read = {name: (sg, global_totals(sg))}
+            out[c] = self._result(sc, *read[name], slices)
             del sc
             self._release()
         return out
 
-    def _result(self, sc, sg, slices) -> RhoResult:
-        groups = discrepancy_ratios(sc, sg, self.reduction)
+    def _result(self, sc, sg, totals, slices) -> RhoResult:
+        groups = discrepancy_ratios(sc, sg, self.reduction, totals)
         stats = None
         if slices is not None:
-            stats = rho_statistics(sc, sg, slices, self.reduction, group_values=groups)
+            stats = rho_statistics(sc, sg, slices, self.reduction, group_values=groups,
+                                   global_totals=totals)
         return RhoResult(sum(groups) / len(groups), groups, stats)
 
     def state_dict(self) -> dict:

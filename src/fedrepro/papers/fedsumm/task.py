@@ -62,10 +62,13 @@ runner moves out of the round log into the cell's provenance (``timing``).  A no
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import json
 import logging
 import math
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -174,6 +177,67 @@ def build_model(cell: Mapping) -> torch.nn.Module:
     else:
         model = CopyTransformer.from_tokenizer(tok, **dict(cell["copy_transformer"]))
     return model.to(cell_device(cell))
+
+
+_WORKING: dict = {}
+"""The resident *working* model of :func:`client_model`: ``{"key", "model", "rng", "lock"}``
+(at most one: the model a process's clients train and evaluate in turn)."""
+_WORKING_LOCK = threading.Lock()
+
+
+def _working_key(cell: Mapping) -> tuple:
+    """What a freshly built model of ``cell`` depends on besides the weights a client loads."""
+    _, bart = _backbone(str(cell["backbone_dir"]))
+    return (
+        id(bart),  # the resident backbone (a rebuilt folder is loaded again: a new object)
+        cell["model"],
+        int(cell["seed"]),
+        cell.get("copy_attention", "cross_attention"),
+        json.dumps(cell.get("copy_transformer"), sort_keys=True) if cell["model"] == "ct" else None,
+        str(cell_device(cell)),
+    )
+
+
+@contextlib.contextmanager
+def client_model(cell: Mapping, state: Mapping[str, torch.Tensor], where: str):
+    """A model of ``cell`` holding ``state`` (the received w_t) for one client's train or evaluate
+    call: what ``load_shared_state(build_model(cell), state, where)`` gives, without building a
+    116 M-parameter model per call (issue 25).
+
+    The first call builds the model (:func:`build_model`) and keeps it, with the CPU random state
+    :func:`build_model` leaves behind; a later call with the same :func:`_working_key` reuses it:
+    it loads ``state`` into every trainable parameter (all of w_t: nothing of the previous client
+    survives -- the frozen tensors are never trained, so they still hold the fresh build's values),
+    drops the previous call's gradients and restores the random state a fresh build leaves, so
+    what follows (dropout, the seeded training) draws the same numbers.  The model is lent to one
+    call at a time: a call that finds it in use (a timed-out client still running) builds its own.
+    """
+    key = _working_key(cell)
+    entry = _WORKING.get("entry")
+    lock = entry["lock"] if entry is not None and entry["key"] == key else None
+    if lock is None or not lock.acquire(blocking=False):
+        if lock is not None:  # in use: a model of this call's own
+            model = build_model(cell)
+            load_shared_state(model, state, where)
+            yield model
+            return
+        with _WORKING_LOCK:
+            model = build_model(cell)
+            entry = {"key": key, "model": model, "rng": torch.get_rng_state(),
+                     "lock": threading.Lock()}
+            _WORKING["entry"] = entry  # replaces (frees) the model of another cell
+            entry["lock"].acquire()
+    else:
+        model = entry["model"]
+        torch.manual_seed(derive_seed(int(cell["seed"]), "fedsumm-init", cell["model"]))
+        torch.set_rng_state(entry["rng"])  # the CPU state a fresh build leaves
+        for p in model.parameters():
+            p.grad = None
+    try:
+        load_shared_state(model, state, where)
+        yield model
+    finally:
+        entry["lock"].release()
 
 
 def vocab_size(model) -> int:
@@ -506,12 +570,15 @@ def client_train_round(
     Returns the trained parameters (sorted names), the round statistics and the extra reply
     records (per-step losses; the gradient when ``client_gradient`` is ``mean_batch_gradient``).
     """
-    from flwr.app import ArrayRecord, MetricRecord
-
     configure_torch(cell["threads"])
     where = f"round {round_index}, client {client}"
-    model = build_model(cell)
-    load_shared_state(model, server_state, where)
+    with client_model(cell, server_state, where) as model:
+        return _train_round(cell, client, round_index, model, records, where)
+
+
+def _train_round(cell: dict, client: str, round_index: int, model, records, where: str):
+    from flwr.app import ArrayRecord, MetricRecord
+
     guidance = guidance_from_records(records, model, where)
     if guidance is not None and cell["regime"] != "FedSUMM":
         raise InputError(f"{where}: a {cell['regime']} client received FedSUMM guidance")
@@ -554,9 +621,9 @@ def client_evaluate(
 ) -> dict:
     """The global model of round ``round_index`` on this client's data (a Flower evaluate message)."""
     configure_torch(cell["threads"])
-    model = build_model(cell)
-    load_shared_state(model, server_state, f"evaluation after round {round_index}, client {client}")
-    out = evaluate_client(cell, model, client, bool(cell.get("rouge_every_round", False)))
+    where = f"evaluation after round {round_index}, client {client}"
+    with client_model(cell, server_state, where) as model:
+        out = evaluate_client(cell, model, client, bool(cell.get("rouge_every_round", False)))
     split = out.pop("perplexity_split")
     out["split_is_val"] = int(split == "val")
     out["num_examples"] = len(client_records(cell, client, split))
