@@ -67,6 +67,12 @@ COUNT_FLOPS_ENV = "FEDREPRO_COUNT_FLOPS"
 """Set to 1 (the rehearsal does: rules/rehearsal.smk) to count the FLOPs of one step per key."""
 
 
+def _counting_enabled() -> bool:
+    import os
+
+    return os.environ.get(COUNT_FLOPS_ENV) == "1"
+
+
 class StepTimer:
     """Time optimizer steps (forward, backward, update) for the rehearsal report and provenance.
 
@@ -82,7 +88,8 @@ class StepTimer:
     environment, the first step of each ``flop_key`` (the method; once per process) runs under
     PyTorch's FLOP counter and is reported as ``flops_per_step``; the counter slows that step
     down, so it is left out of ``seconds_steps``/``seconds_per_step`` (its time is
-    ``seconds_flop_step``).  Counting only observes the operators: the step's values are the same.
+    ``seconds_flop_step``; while counting is on, every timer reports both keys, 0 where it counted
+    nothing).  Counting only observes the operators: the step's values are the same.
     """
 
     def __init__(self, device: torch.device | str | None = None, flop_key: str | None = None) -> None:
@@ -98,9 +105,7 @@ class StepTimer:
             torch.cuda.synchronize()
 
     def _count_this_step(self) -> bool:
-        import os
-
-        return os.environ.get(COUNT_FLOPS_ENV) == "1" and self.flop_key not in _FLOPS_COUNTED
+        return _counting_enabled() and self.flop_key not in _FLOPS_COUNTED
 
     @contextlib.contextmanager
     def step(self):
@@ -125,8 +130,10 @@ class StepTimer:
 
     def stats(self) -> dict:
         out = {"seconds_steps": self.seconds, "seconds_per_step": self.seconds / max(self.steps, 1)}
-        if self.flops is not None:
-            out["flops_per_step"] = self.flops
+        if self.flops is not None or _counting_enabled():
+            # every client reports the keys while counting is on (Flower's FedAvg refuses replies
+            # whose metric keys differ); 0: this timer counted no step (its key was counted)
+            out["flops_per_step"] = self.flops or 0
             out["seconds_flop_step"] = self.flop_seconds
         if self.cuda:
             out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20

@@ -8,7 +8,9 @@ lives in the paper's task module, :func:`fedrepro.fl.tasks.task_for`; this modul
   :mod:`fedrepro.fl.server_app` and the ClientApp of :mod:`fedrepro.fl.client_app`, on the
   cell's ``engine``: ``simulation`` (Flower's Ray simulation engine; each run gets its own
   ``FLWR_HOME``, Ray temp dir and CPU budget, so two cells can run at once) or ``inprocess``
-  (:class:`fedrepro.fl.engine.InProcessGrid`: the same apps without Ray; same bits).
+  (:class:`fedrepro.fl.engine.InProcessGrid`: the same apps without Ray; same bits; the
+  clients' checkpoint files are written in the background while the next client trains, and
+  joined before each round checkpoint: :func:`fedrepro.fl.checkpoint.deferred_client_writes`).
 
 Both kinds checkpoint after every round into ``<cell>/checkpoints`` and resume from the last
 finished round when rerun (a checkpoint made under a different cell config is discarded).
@@ -28,6 +30,7 @@ import torch
 
 from fedrepro.fl.checkpoint import (
     config_hash,
+    deferred_client_writes,
     discard_checkpoints,
     latest_round,
     load_state,
@@ -54,6 +57,8 @@ def _machine() -> dict:
         "processor": platform.machine(),
         "cpus": os.cpu_count(),
         "cuda": torch.cuda.is_available(),
+        # the device's name: the rehearsal report's MFU takes the peak from it (fedrepro.flops)
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
 
@@ -92,7 +97,9 @@ def run_federated(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
     if done < rounds and engine == "inprocess":
         from fedrepro.fl.engine import InProcessGrid, server_identity
 
-        with server_identity():
+        # clients' checkpoint writes in the background, joined before each round checkpoint and
+        # when the run ends (fedrepro.fl.checkpoint.deferred_client_writes)
+        with server_identity(), deferred_client_writes():
             grid = InProcessGrid(client_app, len(cell["clients"]), client_names=list(cell["clients"]))
             run_server(grid, cell, initial, done)
     elif done < rounds and engine == "deployment":

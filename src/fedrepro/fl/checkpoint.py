@@ -11,6 +11,20 @@ with the same seed gives the same bytes and a killed run resumes from its last f
   from, :func:`last_participation` reads from the round log which round that is at the end);
 * ``cell_config.json``: the config hash the checkpoints were made under (:func:`prepare_checkpoints`
   discards checkpoints of another config); ``failure.json``: why a run stopped (:func:`read_failure`).
+
+Client checkpoints off the critical path (issue 25, item 3): on the in-process engine the clients
+of a round train one after another in the server's process, and each client's state file (tens to
+hundreds of MB) used to be written before the next client could start.  Inside
+:func:`deferred_client_writes` (the runner's in-process engine) a :func:`save_state` called by a
+client's training (a thread inside :func:`client_checkpoint_writes`, entered by the ClientApp)
+takes a *snapshot* of the tensors (detached CPU copies: the next client's training cannot change
+what is written) and hands it to one background writer thread per process (:class:`BackgroundWriter`,
+bounded queue), which writes it atomically as before.  The writes are joined
+(:func:`join_client_writes`) before the server writes its round checkpoint -- so a resume never
+sees a round checkpoint whose client files are missing or half-written -- and when the engine
+stops, normally or on an error; a failed background write surfaces there as a
+:class:`ClientWriteError` naming the file.  On every other engine (Ray actors, deployed
+SuperNodes: other processes, whose writes the server cannot join) client writes stay synchronous.
 """
 
 from __future__ import annotations
@@ -19,9 +33,13 @@ import hashlib
 import json
 import logging
 import os
+import contextlib
+import queue
 import re
 import shutil
+import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -32,13 +50,145 @@ from fedrepro.io import InputError, read_json, safetensors_save_atomic, write_js
 log = logging.getLogger(__name__)
 
 
+def snapshot(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached, contiguous CPU copies of ``state``'s tensors (same order, same bits): nothing done
+    to the originals afterwards (in-place training steps, a new state loaded) changes them."""
+    out = {}
+    for k, v in state.items():
+        t = v.detach()
+        if t.device.type == "cpu":
+            t = t.clone(memory_format=torch.contiguous_format)
+        else:  # the device-to-host copy is already a new tensor
+            t = t.to("cpu").contiguous()
+        out[k] = t
+    return out
+
+
 def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
     """Atomic safetensors write: the same tensors give the same bytes.
 
     No ``metadata`` is written: safetensors serialises a metadata dict in hash-map order, which
     differs between processes and would break byte-identical reruns.
+
+    Called from a client's training inside :func:`client_checkpoint_writes` while the runner joins
+    client writes (:func:`deferred_client_writes`), the write happens in the background: the
+    tensors are snapshotted now and written by the process's :class:`BackgroundWriter`.
     """
-    safetensors_save_atomic({k: v.detach().cpu().clone().contiguous() for k, v in state.items()}, path)
+    tensors = snapshot(state)
+    if _defers_client_writes():
+        WRITER.submit(path, lambda: safetensors_save_atomic(tensors, path))
+    else:
+        safetensors_save_atomic(tensors, path)
+
+
+# -- client checkpoint writes in the background (issue 25, item 3) ---------------------------
+class ClientWriteError(RuntimeError):
+    """A background client-checkpoint write failed; the message names the file."""
+
+
+class BackgroundWriter:
+    """One daemon thread that runs submitted writes in order; at most ``max_pending`` wait in its
+    queue (a client that submits more blocks until one is written: bounded memory).
+
+    An exception of a write is kept with the file's path and raised by :meth:`join` as a
+    :class:`ClientWriteError` naming the file (the first failure; later ones are logged)."""
+
+    def __init__(self, max_pending: int = 2) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._errors: list[tuple[str, BaseException]] = []
+
+    def submit(self, path: str | os.PathLike, write: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="fedrepro-checkpoint-writer",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put((str(path), write))
+
+    def _run(self) -> None:
+        while True:
+            path, write = self._queue.get()
+            try:
+                write()
+            except BaseException as exc:  # noqa: BLE001 - reported by join()
+                with self._lock:
+                    self._errors.append((path, exc))
+            finally:
+                self._queue.task_done()
+
+    def pending(self) -> int:
+        """Writes submitted and not finished yet (queued or running)."""
+        return self._queue.unfinished_tasks
+
+    def join(self) -> None:
+        """Wait until every submitted write has finished; raise the first failure, naming its file."""
+        self._queue.join()
+        with self._lock:
+            errors, self._errors = self._errors, []
+        if errors:
+            for path, exc in errors[1:]:
+                log.error("background write of %s failed too: %s: %s", path, type(exc).__name__, exc)
+            path, exc = errors[0]
+            raise ClientWriteError(
+                f"{path}: the background write of this client checkpoint failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+
+WRITER = BackgroundWriter()
+"""The process's client-checkpoint writer (one thread)."""
+
+_deferring = 0  # > 0 while a runner in this process joins client writes (deferred_client_writes)
+_client_thread = threading.local()
+
+
+def _defers_client_writes() -> bool:
+    return _deferring > 0 and getattr(_client_thread, "active", False)
+
+
+@contextlib.contextmanager
+def client_checkpoint_writes() -> Iterator[None]:
+    """Mark the calling thread as a client's training: its :func:`save_state` calls are client
+    checkpoint writes (deferred while :func:`deferred_client_writes` is active in this process,
+    synchronous otherwise).  Entered by the ClientApp around the task's client round."""
+    saved = getattr(_client_thread, "active", False)
+    _client_thread.active = True
+    try:
+        yield
+    finally:
+        _client_thread.active = saved
+
+
+def join_client_writes() -> None:
+    """Wait for this process's pending client-checkpoint writes (a no-op if there are none); a
+    failed one raises :class:`ClientWriteError` naming its file.  The strategy calls this before
+    it writes a round checkpoint."""
+    WRITER.join()
+
+
+@contextlib.contextmanager
+def deferred_client_writes() -> Iterator[None]:
+    """While inside, client checkpoint writes of this process go to the background writer (the
+    in-process engine: the server that joins them before each round checkpoint is in this
+    process).  On the way out every pending write is joined: a failed write raises (naming the
+    file); if the block raised already, that error stays the run's error and a failed write is
+    logged with it."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    except BaseException:
+        try:
+            WRITER.join()
+        except ClientWriteError as exc:
+            log.error("%s", exc)
+        raise
+    else:
+        WRITER.join()
+    finally:
+        _deferring -= 1
 
 
 def load_state(path: str | os.PathLike) -> OrderedDict[str, torch.Tensor]:

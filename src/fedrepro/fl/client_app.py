@@ -18,6 +18,7 @@ from flwr.clientapp import ClientApp
 
 from fedrepro.devices import cpu_state
 from fedrepro.fl import failpoints
+from fedrepro.fl.checkpoint import client_checkpoint_writes
 from fedrepro.fl.strategy import metric_record
 from fedrepro.fl.tasks import task_for
 
@@ -89,8 +90,15 @@ def train(msg: Message, context: Context) -> Message:
     task = task_for(cell)
     extra = {k: v for k, v in msg.content.items() if k not in ("arrays", "config")}
     kwargs = {"records": extra} if getattr(task, "WANTS_RECORDS", False) else {}
-    out = _bounded(cell, client, partition_id, round_index, "train",
-                   lambda: task.client_train_round(cell, client, round_index, server_state, **kwargs))
+
+    def work():
+        # the task's save_state calls are client checkpoint writes: in the background where the
+        # runner joins them in this process (in-process engine), else synchronous (Ray actors and
+        # deployed SuperNodes are other processes: their files are written before the reply)
+        with client_checkpoint_writes():
+            return task.client_train_round(cell, client, round_index, server_state, **kwargs)
+
+    out = _bounded(cell, client, partition_id, round_index, "train", work)
     state, stats = out[0], out[1]
     reply_records = out[2] if len(out) > 2 else {}  # a task may send more than its tensors
     content = RecordDict(

@@ -7,7 +7,9 @@
   error messages instead of silently averaging the survivors.
 * After every round the aggregated tensors and the round's metrics (client losses, KD fractions,
   bytes down/up) are written atomically to ``<cell>/checkpoints/``; a killed run resumes from the
-  last finished round (:func:`latest_round`).
+  last finished round (:func:`latest_round`).  The clients' own checkpoint writes of the round
+  (in the background on the in-process engine) are joined first, so a round checkpoint never
+  exists before its clients' files.
 * Partial participation is deterministic: before the first round the strategy asks every node
   for its ``partition-id`` (one ``query`` message each), then samples *partition ids* with a
   generator seeded by (cell seed, round) -- Flower's own sampling draws node ids with the global
@@ -36,13 +38,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from fedrepro.fl.checkpoint import checkpoint_paths, save_state, timing_path
+from fedrepro.fl.checkpoint import ClientWriteError, checkpoint_paths, join_client_writes, save_state, timing_path
 from fedrepro.io import InputError, write_json_atomic
 from fedrepro.logs import RoundProgress
 
 log = logging.getLogger(__name__)
 
-MEASUREMENT_PREFIXES = ("seconds", "peak")
+MEASUREMENT_PREFIXES = ("seconds", "peak", "flops")
 """Client statistics that are measurements (times, memory), not results: kept out of the round
 log (same seed, same bits) and written to the round's timing file instead."""
 
@@ -456,6 +458,12 @@ class SortedCheckpointFedAvg(FedAvg):
         }
         self._broadcast = None
 
+        # the clients' checkpoint files of this round are complete before the round checkpoint
+        # exists (in-process engine: they are written in the background, fedrepro.fl.checkpoint)
+        try:
+            join_client_writes()
+        except ClientWriteError as exc:
+            self.fail(absolute, str(exc))
         tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
         save_state(tensors_path, arrays.to_torch_state_dict())
         self.save_server_state(absolute)
