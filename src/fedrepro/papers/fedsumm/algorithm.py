@@ -295,8 +295,47 @@ def l2_norm(tensors: Tensors) -> float:
     return math.sqrt(sum(_square_sum(t) for t in tensors.values()))
 
 
+_COMPUTE: list[torch.device | None] = [None]
+"""The device of the server's parameter-sized arithmetic (:func:`server_compute_device`);
+``None``: where the tensors are (the CPU)."""
+
+
+@contextlib.contextmanager
+def server_compute_device(device: torch.device | str | None):
+    """Run the server's parameter-sized arithmetic -- the update directions (:func:`normal_scores`,
+    :func:`unit_rms`), eq. 6's softmax, eq. 5's ratios and their statistics, the float64 sums and
+    norms -- on ``device`` (the cell's GPU) while the server's state stays where it is (RAM or
+    disk, :class:`ServerStateConfig`).  Each function moves its inputs there and hands back CPU
+    tensors or Python numbers, so nothing else changes.
+
+    Why: at bart-base-chinese's 116 M parameters these passes over every entry are nearly all of a
+    FedSUMM round beyond the clients' steps (bench/fedsumm_round_overhead.py: 74-94 % of a round
+    at N = 3 on the CPU, ~10 s per client on the GPU machine's CPU).  ``None`` or a CPU device:
+    nothing moves -- the CPU bits are the same as without it.  On CUDA the values agree with the
+    CPU's to float rounding (reduction order), as everything on CUDA."""
+    dev = None if device is None else torch.device(device)
+    if dev is not None and dev.type == "cpu":
+        dev = None
+    old, _COMPUTE[0] = _COMPUTE[0], dev
+    try:
+        yield
+    finally:
+        _COMPUTE[0] = old
+
+
+def _to_compute(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the compute device (itself when there is none or it is there already)."""
+    dev = _COMPUTE[0]
+    return t if dev is None else t.to(dev)
+
+
+def _from_compute(t: torch.Tensor) -> torch.Tensor:
+    """``t`` back on the CPU when the server computes elsewhere (itself otherwise)."""
+    return t if _COMPUTE[0] is None else t.cpu()
+
+
 def _square_sum(t: torch.Tensor) -> float:
-    return float(t.detach().double().pow(2).sum())
+    return float(_to_compute(t.detach()).double().pow(2).sum())
 
 
 def _detached(tensors: Tensors) -> OrderedDict[str, torch.Tensor]:
@@ -696,18 +735,21 @@ def softmax_normalize(params: Tensors, scope: str = "global") -> list[torch.Tens
         raise InputError("no parameters to normalise")
     if scope == "global":
         # the concatenation, filled tensor by tensor (a lazy mapping makes one at a time)
-        flat = torch.empty(sum(math.prod(_shape(params, k)) for k in params), dtype=torch.float32)
+        flat = torch.empty(sum(math.prod(_shape(params, k)) for k in params), dtype=torch.float32,
+                           device=_COMPUTE[0])
         start = 0
         for t in params.values():
             n = t.numel()
             flat[start : start + n] = t.detach().float().reshape(-1)
             start += n
-        return [torch.softmax(flat, dim=0)]
+        return [_from_compute(torch.softmax(flat, dim=0))]
     if scope == "per_tensor":
-        return [torch.softmax(t.detach().float().reshape(-1), dim=0) for t in params.values()]
+        return [_from_compute(torch.softmax(_to_compute(t.detach()).float().reshape(-1), dim=0))
+                for t in params.values()]
     if scope == "per_layer":
         return [
-            torch.softmax(torch.cat([params[k].detach().float().reshape(-1) for k in g]), dim=0)
+            _from_compute(torch.softmax(
+                torch.cat([_to_compute(params[k].detach()).float().reshape(-1) for k in g]), dim=0))
             for g in parameter_groups(params, scope)
         ]
     raise InputError(f"rho scope must be one of {SOFTMAX_SCOPES}, got {scope!r}")
@@ -716,9 +758,9 @@ def softmax_normalize(params: Tensors, scope: str = "global") -> list[torch.Tens
 def unit_rms(t: torch.Tensor) -> torch.Tensor:
     """``t / sqrt(mean(t²))`` (the RMS in float64; a zero tensor stays zero): the
     ``update_direction`` reading's normalisation of a tensor before its softmax."""
-    t = t.detach().float()
+    t = _to_compute(t.detach()).float()
     rms = math.sqrt(float(t.double().pow(2).mean())) if t.numel() else 0.0
-    return t / rms if rms > 0 else torch.zeros_like(t)
+    return _from_compute(t / rms if rms > 0 else torch.zeros_like(t))
 
 
 SCORE_BUCKETS = 1 << 16
@@ -752,10 +794,10 @@ def normal_scores(t: torch.Tensor) -> torch.Tensor:
     look-up per entry (``index_select``); no sort.  Integer counts and one float64 table: the same
     bits on every run.  Returns float32 of ``t``'s shape.
     """
-    x = t.detach().reshape(-1).float()
+    x = _to_compute(t.detach()).reshape(-1).float()
     d = x.numel()
     if d == 0:
-        return torch.zeros_like(x).reshape(t.shape)
+        return _from_compute(torch.zeros_like(x).reshape(t.shape))
     key = (x + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0 (a new tensor)
     # IEEE bits -> an int32 key in the float order: negative floats have all but the sign bit
     # flipped; the top 16 bits of the key are the bucket (its sign, exponent, 7 mantissa bits)
@@ -765,7 +807,7 @@ def normal_scores(t: torch.Tensor) -> torch.Tensor:
     counts = torch.bincount(key, minlength=SCORE_BUCKETS).to(torch.float64)
     below = torch.cumsum(counts, 0).sub_(counts)
     table = torch.special.ndtri(below.add_(counts, alpha=0.5).div_(d)).to(torch.float32)
-    return table.index_select(0, key).reshape(t.shape)
+    return _from_compute(table.index_select(0, key).reshape(t.shape))
 
 
 def update_direction(t: torch.Tensor, transform: str) -> torch.Tensor:
@@ -802,7 +844,7 @@ def discrepancy_ratios(
     for sc, sg, total_g in zip(client_sum, global_sum, totals):
         if sc.shape != sg.shape:
             raise InputError(f"softmax sums of shapes {tuple(sc.shape)} and {tuple(sg.shape)}")
-        sc, sg = sc.reshape(-1), sg.reshape(-1)
+        sc, sg = _to_compute(sc.reshape(-1)), _to_compute(sg.reshape(-1))
         out = sc.to(torch.float64, copy=True)  # "mean": p/q; "expected": p·p/q
         total_c = out.sum()
         total_g = _float64_sum(sg) if total_g is None else total_g
@@ -827,11 +869,11 @@ def global_totals(global_sum: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def _float64_sum(t: torch.Tensor) -> torch.Tensor:
     """Σ t accumulated in float64, chunk by chunk (no parameter-sized float64 copy)."""
-    t = t.reshape(-1)
-    total = torch.zeros((), dtype=torch.float64)
+    t = _to_compute(t.reshape(-1))
+    total = torch.zeros((), dtype=torch.float64, device=t.device)
     for i in range(0, t.numel(), _RATIO_CHUNK):
         total += t[i : i + _RATIO_CHUNK].sum(dtype=torch.float64)
-    return total
+    return _from_compute(total)
 
 
 def _normalised_ratio(sc: torch.Tensor, sg: torch.Tensor, total_c, total_g) -> torch.Tensor:
@@ -873,12 +915,34 @@ QUANTILES = {"min": 0.0, "p1": 0.01, "p50": 0.5, "p99": 0.99, "max": 1.0}
 def deviation_summary(values: np.ndarray | Sequence[float]) -> dict[str, float]:
     """``{min, p1, p50, p99, max, mean}`` of ``values`` (NumPy's linear quantiles; the array may
     be reordered in place)."""
+    if isinstance(values, torch.Tensor):
+        return _deviation_summary_torch(values)
     arr = np.asarray(values)
     if arr.size == 0:
         raise InputError("no values to summarise")
     mean = float(arr.astype(np.float64).mean())
     q = np.quantile(arr, list(QUANTILES.values()), overwrite_input=isinstance(values, np.ndarray))
     return {**{k: float(v) for k, v in zip(QUANTILES, q)}, "mean": mean}
+
+
+def _deviation_summary_torch(values: torch.Tensor) -> dict[str, float]:
+    """:func:`deviation_summary` of a tensor where it is (the server's compute device): NumPy's
+    ``linear`` quantiles, ``x[⌊h⌋] + (h − ⌊h⌋)(x[⌊h⌋+1] − x[⌊h⌋])`` at ``h = q (n − 1)`` of the
+    sorted values, the mean in float64."""
+    x = values.reshape(-1)
+    n = x.numel()
+    if n == 0:
+        raise InputError("no values to summarise")
+    mean = float(x.double().mean())
+    srt = torch.sort(x).values
+    out = {}
+    for k, q in QUANTILES.items():
+        h = q * (n - 1)
+        lo = math.floor(h)
+        a = float(srt[lo])
+        b = float(srt[min(lo + 1, n - 1)])
+        out[k] = a + (h - lo) * (b - a)
+    return {**out, "mean": mean}
 
 
 def rho_statistics(
@@ -906,10 +970,12 @@ def rho_statistics(
     """
     total = sum(n for group in slices for _, _, n in group)
     totals = global_totals if global_totals is not None else [None] * len(global_sum)
-    dev = np.empty(total, dtype=np.float32)
+    offload = _COMPUTE[0] is not None  # ρ_i − 1 kept on the compute device, its quantiles there
+    dev = (torch.empty(total, dtype=torch.float32, device=_COMPUTE[0]) if offload
+           else np.empty(total, dtype=np.float32))
     tensor_values, pos = [], 0
     for sc, sg, group, total_g in zip(client_sum, global_sum, slices, totals, strict=True):
-        sc, sg = sc.reshape(-1), sg.reshape(-1)
+        sc, sg = _to_compute(sc.reshape(-1)), _to_compute(sg.reshape(-1))
         factor = float((_float64_sum(sg) if total_g is None else total_g) / _float64_sum(sc))
         for _, start, n in group:
             weighted, weight, plain = 0.0, 0.0, 0.0
@@ -920,7 +986,8 @@ def rho_statistics(
                 weighted += float((s * r).sum())  # float32 cascade sums, added in float64
                 weight += float(s.sum())
                 plain += float(r.sum())
-                dev[pos + i - start : pos + j - start] = r.sub_(1.0).numpy()
+                r.sub_(1.0)
+                dev[pos + i - start : pos + j - start] = r if offload else r.numpy()
             pos += n
             value = plain / n if reduction == "mean" else weighted / weight
             tensor_values.append(value - 1.0)

@@ -66,6 +66,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fedrepro.papers.fedsumm.algorithm import (
+    server_compute_device,
     ClientReply,
     FedSummConfig,
     FedSummServer,
@@ -76,6 +77,7 @@ from fedrepro.papers.fedsumm.algorithm import (
     state_names,
 )
 from fedrepro.data.seq2seq import derive_seed
+from fedrepro.devices import cell_device
 from fedrepro.fl.checkpoint import checkpoint_paths
 from fedrepro.fl.dp import ADAPTIVE_METRIC_KEYS, METRIC_KEYS, dp_adaptive_clip_mean, dp_median_clip_mean
 from fedrepro.fl.privacy import DPSettings, epsilon_per_round
@@ -313,12 +315,14 @@ class FedSummStrategy(SortedCheckpointFedAvg):
                     )
                 gradient = _lazy_arrays(m.content[REPLY_GRADIENT])
             client_replies[client] = ClientReply(params, gradient, float(metrics["train-loss"]))
-        w_next, log = self.server.server_round(
-            absolute_round,
-            self._global,
-            client_replies,
-            aggregate=self._aggregate_fn(absolute_round),
-        )
+        # the parameter-sized arithmetic (rho, norms) on the cell's GPU when it has one
+        with server_compute_device(cell_device(self.cell)):
+            w_next, log = self.server.server_round(
+                absolute_round,
+                self._global,
+                client_replies,
+                aggregate=self._aggregate_fn(absolute_round),
+            )
         self._round_log = log
         self._new_arrays = ArrayRecord(w_next)
         metrics = {

@@ -1,0 +1,104 @@
+"""FedSUMM's server arithmetic on the cell's device (``server_compute_device``; issue 25 item 3):
+the same round on the stand-in accelerator of tests/device_check.py (real values, refuses a CPU
+tensor beside a device one as CUDA does) gives the CPU's numbers, hands back CPU tensors, and the
+CPU path is untouched without it."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from device_check import ACCEL, strict_device
+from fedrepro.papers.fedsumm import algorithm as A
+from fedrepro.papers.fedsumm.algorithm import ClientReply, FedSummConfig, FedSummServer
+
+
+def _world(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = {"enc.w": (7, 5), "enc.b": (5,), "dec.w": (6, 4), "dec.b": (4,)}
+    w_t = OrderedDict((k, torch.randn(*s, generator=g)) for k, s in shapes.items())
+    replies = {}
+    for i, c in enumerate(["a", "b", "c"]):
+        params = OrderedDict((k, v + 0.05 * (i + 1) * torch.randn(*v.shape, generator=g))
+                             for k, v in w_t.items())
+        replies[c] = ClientReply(params, OrderedDict((k, w_t[k] - params[k]) for k in w_t),
+                                 0.3 + 0.2 * i)
+    return w_t, replies
+
+
+def _two_rounds(reading, on_device: bool):
+    w_t, replies = _world()
+    server = FedSummServer(FedSummConfig(epsilon=0.3, reading=reading), ["a", "b", "c"], seed=0)
+    logs, states = [], []
+    for t in (1, 2):
+        if on_device:
+            with strict_device(), A.server_compute_device(ACCEL):
+                w_t, log = server.server_round(t, w_t, replies)
+        else:
+            w_t, log = server.server_round(t, w_t, replies)
+        logs.append(log)
+        states.append(w_t)
+    return logs, states
+
+
+def _flat(d, prefix=""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        elif isinstance(v, float):
+            yield f"{prefix}{k}", v
+
+
+@pytest.mark.parametrize("reading", ["update_direction_rank", "update_direction", "literal"])
+def test_a_round_on_the_compute_device_gives_the_cpus_numbers(reading):
+    cpu_logs, cpu_states = _two_rounds(reading, on_device=False)
+    dev_logs, dev_states = _two_rounds(reading, on_device=True)
+    for a, b in zip(cpu_states, dev_states):
+        for k in a:
+            assert b[k].device.type == "cpu"  # the server's state stays on the CPU
+            assert torch.equal(a[k], b[k]), k  # the stand-in computes on the CPU: same bits
+    for la, lb in zip(cpu_logs, dev_logs):
+        assert la["rho"] == lb["rho"]
+        fa, fb = dict(_flat(la)), dict(_flat(lb))
+        assert fa.keys() == fb.keys()
+        for k in fa:  # the statistics' quantiles: sorted on the device, NumPy's linear rule
+            assert fb[k] == pytest.approx(fa[k], rel=1e-6, abs=1e-9), k
+
+
+def test_the_functions_move_their_inputs_and_hand_back_cpu_tensors():
+    x = torch.randn(50, generator=torch.Generator().manual_seed(1))
+    with strict_device(), A.server_compute_device(ACCEL):
+        scores = A.normal_scores(x)
+        sm = A.softmax_normalize(OrderedDict(w=x), "per_tensor")
+        total = A._float64_sum(x)
+        sq = A._square_sum(x)
+    assert scores.device.type == "cpu" and sm[0].device.type == "cpu" and total.device.type == "cpu"
+    assert torch.equal(scores, A.normal_scores(x))
+    assert torch.equal(sm[0], A.softmax_normalize(OrderedDict(w=x), "per_tensor")[0])
+    assert total == A._float64_sum(x) and sq == A._square_sum(x)
+
+
+def test_a_cpu_device_moves_nothing():
+    with A.server_compute_device("cpu"):
+        assert A._COMPUTE[0] is None
+    with A.server_compute_device(None):
+        assert A._COMPUTE[0] is None
+    with A.server_compute_device(ACCEL):
+        assert A._COMPUTE[0] == ACCEL
+    assert A._COMPUTE[0] is None
+
+
+def test_deviation_summary_on_a_tensor_is_numpys():
+    import numpy as np
+
+    v = torch.randn(1001, generator=torch.Generator().manual_seed(2))
+    a = A.deviation_summary(v.numpy().copy())
+    b = A.deviation_summary(v)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert b[k] == pytest.approx(a[k], rel=1e-6), k
+    with pytest.raises(A.InputError, match="no values"):
+        A.deviation_summary(torch.empty(0))
+    assert np.isfinite(list(b.values())).all()
