@@ -200,9 +200,19 @@ def summ_world(tmp_path_factory):
 @pytest.mark.parametrize("regime", ["FedAvg", "FedSUMM", "single", "all"])
 def test_fedsumm_cell_runs_on_an_accelerator(summ_world, tmp_path, model, regime):
     import test_fedsumm_runner as T
+    from fedrepro.papers.fedsumm import task
 
-    _check(T._cell(summ_world, tmp_path, model, regime, f"{model}-{regime}-dev"), tmp_path,
-           (model, regime) == ("bart", "FedSUMM"))
+    cell = T._cell(summ_world, tmp_path, model, regime, f"{model}-{regime}-dev")
+    _check(cell, tmp_path, (model, regime) == ("bart", "FedSUMM"))
+    if regime in ("FedSUMM", "single") and model != "bart":
+        # the cell's evaluation job too: the copy models' own beam search, where the GPU
+        # rehearsal found a CPU tensor beside the model's (BART's is HuggingFace's generate, which
+        # ran on the H100; its special-token set-up makes meta tensors the stand-in cannot hold)
+        out = Path(cell["out_dir"])
+        with D.strict_device() as seen:
+            scores = task.evaluate_cell(dict(cell, device="auto"), str(out / "adapters.safetensors"),
+                                        str(out / "predictions.jsonl"), str(out / "scores.json"))
+        assert seen.moves > 0 and scores
 
 
 # -- AdaFedSelecKD: the methods of the main tables and Table V ------------------------------------

@@ -59,6 +59,42 @@ def test_apply_reduces_only_what_the_rehearsal_reduces():
     assert config["rehearsal_original"]["seeds"] == paper["seeds"]
 
 
+def test_rehearsal_jobs_declare_gpu_memory_so_cells_share_a_gpu():
+    from fedrepro import grid as wf
+    from fedrepro import gpu_slots
+
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    config = _paper_rehearsal()
+    for name in config["backbones"]:
+        for job in ("train", "evaluate"):
+            assert wf.gpu_mem_mb(wf.job_resources(config, name, job)) == 16000, (name, job)
+            # the rest of the declared resources is the paper's
+            declared = ((paper["backbones"][name].get("resources") or {}).get(job) or {})
+            assert {k: v for k, v in wf.job_resources(config, name, job).items()
+                    if k != "gpu_mem_mb"} == {**wf.JOB_RESOURCES[job], **declared}
+    assert wf.gpu_mem_mb(fedsumm_grid.job_resources(config, "train")) == 16000
+    # the paper config alone claims whole GPUs
+    assert all(wf.gpu_mem_mb(wf.job_resources(paper, n, "train")) == 0 for n in paper["backbones"])
+    # on an 80 GB GPU five such jobs fit beside one another (a whole-GPU job would wait)
+    h100 = [gpu_slots.Gpu("0", 81559)]
+    claims = []
+    for pid in range(5):
+        assert gpu_slots.choose_devices(h100, claims, 1, 16000) == ["0"]
+        claims.append(gpu_slots.Claim(("0",), 16000, pid))
+    assert gpu_slots.choose_devices(h100, claims, 1, 16000) is None  # the sixth waits
+    assert gpu_slots.choose_devices(h100, claims[:1], 1, None) is None  # so does a whole-GPU job
+    # a user's own declaration wins; 0 leaves the config's resources as they are
+    over = yaml.safe_load((ROOT / "config/rehearsal.yaml").read_text())
+    mine = _merge(paper, over)
+    mine["backbones"]["bart-large"]["resources"]["train"]["gpu_mem_mb"] = 30000
+    mine = plan.apply(mine, ROOT)
+    assert wf.gpu_mem_mb(wf.job_resources(mine, "bart-large", "train")) == 30000
+    zero = _merge(paper, over)
+    zero["rehearsal_settings"]["gpu_mem_mb"] = 0
+    zero = plan.apply(zero, ROOT)
+    assert all(wf.gpu_mem_mb(wf.job_resources(zero, n, "train")) == 0 for n in zero["backbones"])
+
+
 def test_paper_config_alone_keeps_table_one_clients():
     paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     paper["rehearsal"] = True
@@ -125,7 +161,8 @@ def test_rehearsal_cells_carry_limits_normal_cells_do_not():
 
 
 @pytest.mark.parametrize("key,value", [("rounds", 0), ("coverage", "all"), ("data", "hub"),
-                                       ("typo", 1), ("examples_per_client", True)])
+                                       ("typo", 1), ("examples_per_client", True),
+                                       ("gpu_mem_mb", -1), ("gpu_mem_mb", "16G")])
 def test_bad_settings_name_the_key(key, value):
     config = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     config["rehearsal_settings"][key] = value

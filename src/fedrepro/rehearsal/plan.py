@@ -67,6 +67,7 @@ DEFAULTS = {
     "backbones": "fetch_or_shape",
     "fedsum_total": "paper",
     "fedsum_heldout_test_docs": 16,
+    "gpu_mem_mb": 16000,
 }
 
 PAPERS = ("adafedseleckd", "fedmcp", "fedsum", "fedsumm")
@@ -82,6 +83,9 @@ def settings(config: dict) -> dict:
                 "fedsum_heldout_test_docs"):
         if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 1:
             raise InputError(f"config key rehearsal_settings.{key}: a positive integer, got {s[key]!r}")
+    if not isinstance(s["gpu_mem_mb"], int) or isinstance(s["gpu_mem_mb"], bool) or s["gpu_mem_mb"] < 0:
+        raise InputError(f"config key rehearsal_settings.gpu_mem_mb: MB >= 0 (0: the config's own "
+                         f"resources), got {s['gpu_mem_mb']!r}")
     if s["fedsum_total"] != "paper" and (
             not isinstance(s["fedsum_total"], int) or isinstance(s["fedsum_total"], bool) or s["fedsum_total"] < 1):
         raise InputError(f"config key rehearsal_settings.fedsum_total: 'paper' (partitions.fedsum.total) or a "
@@ -163,6 +167,7 @@ def apply(config: dict, basedir: str | Path) -> dict:
             b["local_dir"] = _absolute(b["local_dir"], basedir)
         if s["backbones"] == "fetch_or_shape" and b.get("kind", "hub") == "hub":
             b["fallback"] = "shape"
+    _share_gpus(config, int(s["gpu_mem_mb"]))
     fb = (config.get("fedsumm") or {}).get("backbone")
     if fb:
         if fb.get("local_dir"):
@@ -170,6 +175,28 @@ def apply(config: dict, basedir: str | Path) -> dict:
         if s["backbones"] == "fetch_or_shape" and fb.get("kind", "hub") == "hub":
             fb["fallback"] = "shape"
     return config
+
+
+def _share_gpus(config: dict, mem_mb: int) -> None:
+    """Every cell job of the rehearsal declares ``gpu_mem_mb = mem_mb`` unless its resources
+    declare one: the rehearsal's few-step cells (peak GPU memory 0.6-2.9 GB measured on an H100)
+    then share a GPU (:mod:`fedrepro.gpu_slots`: 5 on an 80 GB H100, as many as Snakemake's ``gpu``
+    resource lets run) instead of each waiting for a whole one -- the paper config's jobs, which
+    declare none, claim whole GPUs.  0: the config's resources unchanged."""
+    if not mem_mb:
+        return
+    for b in (config.get("backbones") or {}).values():
+        res = b.setdefault("resources", {})
+        for job in wf.JOB_RESOURCES:
+            entry = res.get(job)
+            res[job] = {**(entry or {})}
+            res[job].setdefault("gpu_mem_mb", mem_mb)
+    sec = config.get("fedsumm")
+    if sec is not None:
+        res = sec.setdefault("resources", {})
+        entry = res.get("train")
+        res["train"] = {**(entry or {})}
+        res["train"].setdefault("gpu_mem_mb", mem_mb)
 
 
 # -- the cells ------------------------------------------------------------------------------
