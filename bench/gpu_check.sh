@@ -15,7 +15,8 @@
 # JSONs and logs, this script's log) and rehearsal/ (report.md, report.json, snakemake_tail.log,
 # failed_logs.tar.gz, gpu_mon.csv, run.log).
 # Env: GPU_CHECK_BUDGET_S (default 540: the script ends within about that; give the command 30 s
-#      more), GPU_CHECK_SKIP_BENCH=1, GPU_CHECK_SKIP_REHEARSAL=1, REHEARSE_* (passed on).
+#      more), GPU_CHECK_SKIP_BENCH=1 (the quiet benchmarks), GPU_CHECK_SKIP_REHEARSAL=1,
+#      GPU_CHECK_BESIDE=led|fedsumm|none (the benchmark beside the rehearsal), REHEARSE_* (passed on).
 set -u
 T0=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET_S:-540}
@@ -80,13 +81,20 @@ if [ "${GPU_CHECK_SKIP_REHEARSAL:-0}" != 1 ] && [ "$(left)" -gt 120 ]; then
   REH_PID=$!
   say "rehearsal started (pid $REH_PID)"
 fi
-if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
-  sleep 5
-  bench kd_step_led_large_beside_rehearsal 120 "$PY" bench/kd_step.py --backbone led-large \
-    --device cuda --batch-size 16 --source-length 1024 --target-length 256 --batches 2 --steps 5 \
-    --warmup 2 --precisions fp32,bf16-mixed --no-cache --threads 2 \
-    --out "$B/kd_step_led_large_h100_precisions_beside_rehearsal.json"
-fi
+case "${GPU_CHECK_BESIDE:-led}" in
+  led)
+    sleep 5
+    bench kd_step_led_large_beside_rehearsal 120 "$PY" bench/kd_step.py --backbone led-large \
+      --device cuda --batch-size 16 --source-length 1024 --target-length 256 --batches 2 --steps 5 \
+      --warmup 2 --precisions fp32,bf16-mixed --no-cache --threads 2 \
+      --out "$B/kd_step_led_large_h100_precisions_beside_rehearsal.json";;
+  fedsumm)  # FedSUMM's round at N = 10 with a profile (where the time beyond the steps goes)
+    sleep 5
+    bench fedsumm_round_beside_rehearsal 170 "$PY" bench/fedsumm_round_overhead.py --device cuda \
+      --regimes FedAvg --clients 10 --rounds 1 --threads 4 --profile \
+      --out "$B/fedsumm_round_overhead_h100_beside_rehearsal.json";;
+  none) ;;
+esac
 if [ -n "$REH_PID" ]; then
   wait "$REH_PID"; say "rehearse.sh rc=$?"
 fi
