@@ -38,7 +38,8 @@ and decoder layers, K adapted layers)::
     prefix   = L_e (8 S d^2 + 4 S d f + 4 b s^2 d) + (L_d - K) (dec + 4 S d^2)   forward, no grad
     dec      = 8 T d^2 + 4 b t^2 d + 4 T d^2 + 4 b t s d + 4 T d f               one decoder layer
     forward  = K (dec + 4 S d^2 + 4 T d m) + 2 T d V                              adapted layers + head
-    backward = 2 T d V + (K - 1) dec + 8 K T d m - 2 T d m                        input + adapter grads
+    backward = 2 T d V + (K - 1) dec' + 8 K T d m - 2 T d m                       input + adapter grads
+               (dec' = dec with its attention terms x 2.5: the fused kernel's backward, as PyTorch counts it)
     teacher  = K (dec + 4 T d m) + 2 T d V      (KD methods; cross-attention k/v memoised)
 
 MFU = FLOPs / (median step time × the device's dense peak for the arithmetic): both against the

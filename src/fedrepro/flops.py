@@ -118,7 +118,9 @@ def seq2seq_adapter_step_flops(*, batch: int, source_len: int, target_len: int, 
       cross-attention q/o 4·T·d² [+ 4·b·t·s·d], FFN 4·T·d·f;
     * adapted forward: K·(dec + 4·S·d²) + K·4·T·d·m (adapters) + 2·T·d·V (LM head);
     * backward (the loss flows into the adapters only): input gradients through the head
-      (2·T·d·V) and through the bodies of the K − 1 upper adapted layers ((K − 1)·dec; the lowest
+      (2·T·d·V) and through the bodies of the K − 1 upper adapted layers ((K − 1)·dec, its
+      attention terms 2.5× -- the fused kernel's backward recomputes the scores and forms
+      dQ, dK, dV, five products for the forward's two, as PyTorch counts it; the lowest
       adapted layer's body sees a no-grad input and frozen weights: no backward, nor does any
       cross-attention k/v); each adapter's weight gradients (4·T·d·m) and input gradients
       (4·T·d·m), except the lowest adapter's down-projection input gradient (2·T·d·m);
@@ -135,9 +137,9 @@ def seq2seq_adapter_step_flops(*, batch: int, source_len: int, target_len: int, 
     d, f, m, v = d_model, ffn_dim, bottleneck, vocab
     att = 1 if attention else 0
     enc_layer = 4 * _linear(S, d, d) + _linear(S, d, f) + _linear(S, f, d) + att * 4 * b * s * s * d
-    dec = (4 * _linear(T, d, d) + att * 4 * b * t * t * d            # self-attention
-           + 2 * _linear(T, d, d) + att * 4 * b * t * s * d          # cross-attention q/o + mix
-           + _linear(T, d, f) + _linear(T, f, d))                    # FFN
+    dec_att = att * (4 * b * t * t * d + 4 * b * t * s * d)          # self- and cross-attention mix
+    dec = (4 * _linear(T, d, d) + 2 * _linear(T, d, d)               # self q/k/v/o, cross q/o
+           + _linear(T, d, f) + _linear(T, f, d)) + dec_att          # FFN
     kv = 2 * _linear(S, d, d)
     adapter = _linear(T, d, m) + _linear(T, m, d)
     head = _linear(T, d, v)
@@ -145,7 +147,11 @@ def seq2seq_adapter_step_flops(*, batch: int, source_len: int, target_len: int, 
     out = {
         "prefix_forward": prefix if prefix_computed else 0,
         "adapted_forward": top_k * (dec + kv + adapter) + head,
-        "adapted_backward": head + (top_k - 1) * dec + top_k * 2 * adapter - _linear(T, d, m),
+        # the fused attention's backward recomputes the scores and forms dQ, dK, dV: 5 products
+        # of the forward's 2 (PyTorch's count), so 2.5x its forward where a linear map's input
+        # gradient is 1x
+        "adapted_backward": (head + (top_k - 1) * (dec - dec_att + 5 * dec_att // 2)
+                             + top_k * 2 * adapter - _linear(T, d, m)),
         "teacher_forward": top_k * (dec + adapter) + head if teacher else 0,
     }
     out["total"] = sum(out.values())
