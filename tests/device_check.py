@@ -18,8 +18,7 @@ a CPU-only torch can give, and refuses what CUDA refuses:
   as it does for a CUDA tensor.
 * Code asks for CUDA through the project's :func:`fedrepro.devices.select_device`; within
   :func:`strict_device` it answers ``meta`` for ``auto`` and ``cuda``, and ``Module.to(meta)``,
-  ``Tensor.to(meta)``, factories and ``torch.tensor(data)`` with ``device=meta`` make
-  :class:`OnDevice` tensors.  The
+  ``Tensor.to(meta)`` and factories with ``device=meta`` make :class:`OnDevice` tensors.  The
   device's ``type`` is ``"meta"``, not ``"cuda"``: code that branches on ``device.type == "cuda"``
   (CUDA timers, autocast) takes its CPU branch here, and that branch is what is checked.
 
@@ -251,17 +250,6 @@ def strict_device() -> Iterator[Seen]:
             thread_run(self)
 
     patch(threading.Thread, "run", run)
-    # ``torch.tensor(data, device=...)`` builds its tensor below the dispatcher (no factory call a
-    # dispatch mode sees): on the accelerator it would be an empty meta tensor; make it OnDevice
-    tensor = torch.tensor
-
-    def tensor_on(data, *args, **kwargs):
-        if _is_accel(kwargs.get("device")):
-            kwargs["device"] = torch.device("cpu")
-            return OnDevice(tensor(data, *args, **kwargs))
-        return tensor(data, *args, **kwargs)
-
-    patch(torch, "tensor", tensor_on)
     clear_process_caches()
     try:
         with _ToDevice():

@@ -638,7 +638,9 @@ def generate_with_copy(
         finished: list[tuple[float, list[int]]] = []
         for step in range(max_new_tokens):
             k = len(beams)
-            prefix = torch.tensor([seq for _, seq in beams], dtype=torch.long, device=mem.device)
+            # made on the CPU and moved (not device=): the same on CUDA, and the device-strict
+            # stand-in of tests/device_check.py sees the move
+            prefix = torch.tensor([seq for _, seq in beams], dtype=torch.long).to(mem.device)
             prefix = prefix.masked_fill(prefix >= v, unk)
             probs = model.decode(
                 mem.expand(k, -1, -1), mask.expand(k, -1), prefix, ext.expand(k, -1), n_oov
@@ -650,7 +652,7 @@ def generate_with_copy(
             for j, (_, seq) in enumerate(beams):
                 for banned in _banned_by_ngram(seq[1:], no_repeat_ngram_size):
                     logp[j, banned] = float("-inf")
-            scores = torch.tensor([s for s, _ in beams], device=logp.device).unsqueeze(1) + logp
+            scores = torch.tensor([s for s, _ in beams]).to(logp.device).unsqueeze(1) + logp
             top = torch.topk(scores.flatten(), min(2 * beam_size, scores.numel()))
             new_beams = []
             for score, flat in zip(top.values.tolist(), top.indices.tolist()):
