@@ -98,7 +98,20 @@ def child(cell_file: str) -> None:
 
     cell = json.loads(Path(cell_file).read_text(encoding="utf-8"))
     out = Path(cell["out_dir"])
-    run_cell(cell, out / "adapters.safetensors", out / "train_log.json", out / "provenance.json")
+    profile_out = os.environ.get("ROUND_OVERHEAD_PROFILE")
+    if not profile_out:
+        run_cell(cell, out / "adapters.safetensors", out / "train_log.json", out / "provenance.json")
+        return
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.runcall(run_cell, cell, out / "adapters.safetensors", out / "train_log.json",
+                 out / "provenance.json")
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(60)
+    Path(profile_out).write_text(text.getvalue(), encoding="utf-8")
 
 
 def run_engine(cell: dict, work: Path) -> dict:
@@ -173,6 +186,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu | cuda (the cell's device)")
     ap.add_argument("--work-dir", default=None, help="keeps the shape backbone between runs")
+    ap.add_argument("--profile", default=None,
+                    help="write a cProfile top 60 (cumulative) of the cell's process to this file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -180,6 +195,8 @@ def main() -> None:
         return
     if not args.out:
         ap.error("--out is required")
+    if args.profile:  # the child process reads it (run_engine passes the environment on)
+        os.environ["ROUND_OVERHEAD_PROFILE"] = str(Path(args.profile).resolve())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
