@@ -224,3 +224,9 @@ def node_paths(obj, prefix=()):
         for i, v in enumerate(obj):
             yield (*prefix, i)
             yield from node_paths(v, (*prefix, i))
+
+
+def cell_outputs(cell: dict) -> tuple[str, str, str]:
+    """``run_cell``'s three outputs in the cell's ``out_dir``: adapters, train log, provenance."""
+    out = Path(cell["out_dir"])
+    return str(out / "adapters.safetensors"), str(out / "train_log.json"), str(out / "provenance.json")

@@ -110,11 +110,6 @@ def world(tmp_path_factory):
     return root, folders, backbone
 
 
-def _outputs(cell):
-    out = Path(cell["out_dir"])
-    return str(out / "adapters.safetensors"), str(out / "train_log.json"), str(out / "provenance.json")
-
-
 def test_a_rounds_client_files_are_complete_before_its_server_checkpoint(world, monkeypatch):
     """Client writes are slowed down (each takes 0.3 s in the writer thread); at the moment the
     server writes round r's checkpoint every client's round-r file exists, holds the whole
@@ -146,7 +141,7 @@ def test_a_rounds_client_files_are_complete_before_its_server_checkpoint(world, 
 
     monkeypatch.setattr(ckpt, "safetensors_save_atomic", slow_write)
     monkeypatch.setattr(strategy, "save_state", server_save)
-    run_cell(cell, *_outputs(cell))
+    run_cell(cell, *helpers.cell_outputs(cell))
     assert checked == [1, 2]
     assert writers and set(writers) == {WRITER_THREAD}, writers
     assert checkpoint_paths(cell["out_dir"], 2)[0].exists()
@@ -166,12 +161,12 @@ def test_an_error_in_a_background_write_fails_the_cell_naming_the_file(world, mo
 
     monkeypatch.setattr(ckpt, "safetensors_save_atomic", failing_write)
     with pytest.raises(RuntimeError) as err:
-        run_cell(cell, *_outputs(cell))
+        run_cell(cell, *helpers.cell_outputs(cell))
     assert str(bad) in str(err.value) and "No space left on device" in str(err.value)
     assert "round 1 failed" in str(err.value)
     # no round checkpoint claims a round whose client file is missing
     assert not checkpoint_paths(cell["out_dir"], 1)[1].exists()
     failure = json.loads((Path(cell["out_dir"]) / "checkpoints" / "failure.json").read_text())
     assert str(bad) in failure["reason"]
-    assert not Path(_outputs(cell)[0]).exists()
+    assert not Path(helpers.cell_outputs(cell)[0]).exists()
     assert WRITER.pending() == 0

@@ -82,20 +82,15 @@ def world(tmp_path_factory):
     return root, folders, backbone
 
 
-def _outputs(cell):
-    out = Path(cell["out_dir"])
-    return str(out / "adapters.safetensors"), str(out / "train_log.json"), str(out / "provenance.json")
-
-
 def test_only_shared_adapter_tensors_reach_the_server(world):
     root, folders, backbone = world
     cell = helpers.make_cell(root, "AdaFedKD", backbone, folders, rounds=2, out_name="wire")
-    run_cell(cell, *_outputs(cell))
+    run_cell(cell, *helpers.cell_outputs(cell))
     _, model = get_model(cell)
     local = model.adapter_state("local")
     expected_shapes = {k: list(v.shape) for k, v in local.items()}
     backbone_names = {n for n, _ in model.backbone.named_parameters()}
-    log = json.loads(Path(_outputs(cell)[1]).read_text())
+    log = json.loads(Path(helpers.cell_outputs(cell)[1]).read_text())
     assert len(log["rounds"]) == 2
     for entry in log["rounds"]:
         assert [c["partition_id"] for c in entry["clients"]] == [0, 1, 2]
@@ -104,7 +99,7 @@ def test_only_shared_adapter_tensors_reach_the_server(world):
             assert not set(c["uplink_tensors"]) & backbone_names
             assert c["uplink_bytes"] == sum(v.numel() * 4 for v in local.values())
         assert entry["bytes_down"] == entry["bytes_up"] == 3 * c["uplink_bytes"]
-    prov = json.loads(Path(_outputs(cell)[2]).read_text())
+    prov = json.loads(Path(helpers.cell_outputs(cell)[2]).read_text())
     params = prov["parameters"]
     assert params["trainable"] == sum(v.numel() for v in local.values())
     assert params["shared_per_round"] == params["trainable"]
@@ -113,7 +108,7 @@ def test_only_shared_adapter_tensors_reach_the_server(world):
     for key in ("config_hash", "packages", "git_commit", "seed", "wall_time_s"):
         assert key in prov
     # KD methods: each client ends with its own local adapter, and they differ
-    finals = load_final_adapters(_outputs(cell)[0])
+    finals = load_final_adapters(helpers.cell_outputs(cell)[0])
     # + the server's final global adapter (Table VII's post-addition continues from it)
     assert sorted(finals) == ["Academic", "Committee", "Product", "__server__"]
     assert set(finals["__server__"]) == set(finals["Academic"])
@@ -156,7 +151,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_bit_for_bit(world):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert first.exists(), (root / "killed.err").read_text()[-2000:]
-    assert not Path(_outputs(killed)[0]).exists()
+    assert not Path(helpers.cell_outputs(killed)[0]).exists()
     done = [r for r in range(1, rounds + 1) if checkpoint_paths(killed["out_dir"], r)[1].exists()]
     assert done and max(done) < rounds, f"the run finished before it was killed: {done}"
     # rerun: resumes after the last finished round
@@ -166,9 +161,9 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_bit_for_bit(world):
     proc = _start(reference, root, "reference")
     assert proc.wait(timeout=300) == 0, (root / "reference.err").read_text()[-3000:]
     # same seed, same bits: final adapters and the round log are identical
-    assert Path(_outputs(killed)[0]).read_bytes() == Path(_outputs(reference)[0]).read_bytes()
-    assert Path(_outputs(killed)[1]).read_bytes() == Path(_outputs(reference)[1]).read_bytes()
-    assert len(json.loads(Path(_outputs(killed)[1]).read_text())["rounds"]) == rounds
+    assert Path(helpers.cell_outputs(killed)[0]).read_bytes() == Path(helpers.cell_outputs(reference)[0]).read_bytes()
+    assert Path(helpers.cell_outputs(killed)[1]).read_bytes() == Path(helpers.cell_outputs(reference)[1]).read_bytes()
+    assert len(json.loads(Path(helpers.cell_outputs(killed)[1]).read_text())["rounds"]) == rounds
 
 
 def test_a_client_error_fails_the_cell_with_the_clients_message(world, tmp_path):
@@ -181,16 +176,16 @@ def test_a_client_error_fails_the_cell_with_the_clients_message(world, tmp_path)
     cell = helpers.make_cell(root, "AdaFedAvg", backbone, broken, rounds=2, out_name="broken")
     t0 = time.time()
     with pytest.raises(RuntimeError) as err:
-        run_cell(cell, *_outputs(cell))
+        run_cell(cell, *helpers.cell_outputs(cell))
     assert time.time() - t0 < 120
     assert "round 1 failed" in str(err.value)
     assert "train.jsonl:2" in str(err.value)  # the client's own error names file and line
-    assert not Path(_outputs(cell)[0]).exists()
+    assert not Path(helpers.cell_outputs(cell)[0]).exists()
 
 
 def _sampled(cell) -> dict[int, list[str]]:
     """``{round: clients that took part}``, read from the cell's train log."""
-    rounds = json.loads(Path(_outputs(cell)[1]).read_text())["rounds"]
+    rounds = json.loads(Path(helpers.cell_outputs(cell)[1]).read_text())["rounds"]
     return {e["round"]: [cell["clients"][c["partition_id"]] for c in e["clients"]] for e in rounds}
 
 
@@ -219,7 +214,7 @@ def test_sampled_out_clients_keep_their_local_adapter(world, monkeypatch, method
         return real(model, spec, examples, hp, optimizer, seed, client, round_index, *rest, **kwargs)
 
     monkeypatch.setattr(ada_task, "local_update", spy)
-    run_cell(cell, *_outputs(cell))
+    run_cell(cell, *helpers.cell_outputs(cell))
     sampled = _sampled(cell)
     assert sorted(sampled) == list(range(1, rounds + 1))
     assert all(len(cs) == 2 for cs in sampled.values())
@@ -235,7 +230,7 @@ def test_sampled_out_clients_keep_their_local_adapter(world, monkeypatch, method
         before = [p for p in took_part[client] if p < r]
         expected = load_state(ada_task.client_state_path(cell, client, before[-1])) if before else initial
         assert _equal(start, expected), (client, r)  # unchanged over the rounds it sat out
-    finals = load_final_adapters(_outputs(cell)[0])
+    finals = load_final_adapters(helpers.cell_outputs(cell)[0])
     for client, rs in took_part.items():
         files = sorted((Path(cell["out_dir"]) / "clients" / client).glob("local_round_*.safetensors"))
         assert [int(f.stem.rsplit("_", 1)[1]) for f in files] == rs
@@ -243,17 +238,17 @@ def test_sampled_out_clients_keep_their_local_adapter(world, monkeypatch, method
     # a client never sampled (here: one more client in the list): W^1 as its local adapter
     extra = dict(cell, clients=[*cell["clients"], "Late"], eval_clients=["Late"])
     assert _equal(ada_task.final_states(extra)["Late"], initial)
-    first = [Path(p).read_bytes() for p in _outputs(cell)[:2]]
+    first = [Path(p).read_bytes() for p in helpers.cell_outputs(cell)[:2]]
     # a run killed after its clients wrote round 4 but before the server's checkpoint resumes
     checkpoint_paths(cell["out_dir"], rounds)[1].unlink()
-    for p in _outputs(cell):
+    for p in helpers.cell_outputs(cell):
         Path(p).unlink()
-    run_cell(cell, *_outputs(cell))
-    assert [Path(p).read_bytes() for p in _outputs(cell)[:2]] == first
+    run_cell(cell, *helpers.cell_outputs(cell))
+    assert [Path(p).read_bytes() for p in helpers.cell_outputs(cell)[:2]] == first
     # and a rerun from scratch gives the same bytes
     again = dict(cell, out_dir=str(root / f"sampled-{method}-again"), keep_round_checkpoints=False)
-    run_cell(again, *_outputs(again))
-    assert [Path(p).read_bytes() for p in _outputs(again)[:2]] == first
+    run_cell(again, *helpers.cell_outputs(again))
+    assert [Path(p).read_bytes() for p in helpers.cell_outputs(again)[:2]] == first
 
 
 def _whitespace_pos_tags(cell: dict, root: Path) -> dict:
@@ -296,7 +291,7 @@ def test_only_the_methods_shared_tensors_and_scalars_reach_the_server(world, tmp
             cell.update(pos_tags=_whitespace_pos_tags(cell, tmp_path), hard_kd_tags=["NOUN"])
         if METHODS[method].server == "fedopt":
             cell["server_optimizer"] = {"name": "adam", "eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 0.001}
-        run_cell(cell, *_outputs(cell))
+        run_cell(cell, *helpers.cell_outputs(cell))
         shared = {k: tuple(v.shape) for k, v in ada_task.initial_state(cell).items()}
         counts = check_wire(wire, shared, examples={0: 12, 1: 12, 2: 12})
         assert counts["train"] == 3 and counts["arrays"] == 3 * len(shared), method
@@ -384,7 +379,7 @@ def test_inprocess_engine_gives_the_same_bits_as_flower_simulation(world):
     for engine in ("inprocess", "simulation"):
         cell = dict(helpers.make_cell(root, "AdaFedSelectKD", backbone, folders, rounds=2,
                                       out_name=f"engine-{engine}"), engine=engine)
-        run_cell(cell, *_outputs(cell))
+        run_cell(cell, *helpers.cell_outputs(cell))
         out = Path(cell["out_dir"])
         evaluate_cell(cell, str(out / "adapters.safetensors"), str(out / "predictions.jsonl"),
                       str(out / "scores.json"))
