@@ -388,7 +388,7 @@ def test_batches_step_timer_and_precision_use_the_models_device(monkeypatch):
     """Each batch is moved to the device of the model's parameters, and the step timer (it
     synchronises CUDA before reading the clock), the precision's region (TF32 on CUDA) and its
     autocast (bf16 autocast of that device type) are told that device."""
-    moved, timed, regions, autocasts = [], [], [], []
+    moved, timed, regions, autocasts, keys = [], [], [], [], []
     to_device = devices.to_device
     region, autocast = Precision.region, Precision.autocast
 
@@ -405,9 +405,10 @@ def test_batches_step_timer_and_precision_use_the_models_device(monkeypatch):
         return to_device(batch, device)
 
     class SpyTimer(devices.StepTimer):
-        def __init__(self, device=None):
+        def __init__(self, device=None, **kwargs):
             timed.append(device)
-            super().__init__(device)
+            keys.append(kwargs.get("flop_key"))
+            super().__init__(device, **kwargs)
 
     monkeypatch.setattr(devices, "to_device", spy_to_device)
     monkeypatch.setattr(devices, "StepTimer", SpyTimer)
@@ -418,6 +419,7 @@ def test_batches_step_timer_and_precision_use_the_models_device(monkeypatch):
         model.stacks["local"].parameters(), lr=0.1), 0, "c", 1, PAD, START, precision="bf16-mixed")
     cpu = torch.device("cpu")
     assert len(moved) == len(autocasts) == 4 and len(timed) == len(regions) == 1
+    assert keys == ["adafedseleckd:AdaFedKD"]  # FLOPs counted per method (fedrepro.devices)
     for seen in (moved, timed, regions, autocasts):
         assert all(d is not None and torch.device(d) == cpu for d in seen), seen
 
