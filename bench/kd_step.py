@@ -109,7 +109,7 @@ def _precision(variant: str):
     return Precision(mode, frozen or "fp32", "adafedseleckd")
 
 
-def _analytic_flops(model, batch: dict, args, teacher: bool, cached: bool) -> int:
+def _analytic_flops(model, batch: dict, teacher: bool, cached: bool) -> int:
     from fedrepro.flops import seq2seq_adapter_step_flops
 
     cfg = model.backbone.config
@@ -243,7 +243,7 @@ def main() -> None:
         batch = batches[0]
         _, flops[name] = count_flops(lambda: run_step(name, batch))
         if args.backbone in ("tiny", "bart-large", "bart-base"):
-            analytic[name] = _analytic_flops(model, batch, args, METHODS[method].distill,
+            analytic[name] = _analytic_flops(model, batch, METHODS[method].distill,
                                              prefix_cache is not None)
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else None
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -270,11 +270,10 @@ def main() -> None:
         "machine": machine(args.device),
         "date": now(),
     }
-    sel, avg = methods[0], methods[-1]
     if "AdaFedSelectKD" in methods and "AdaFedAvg" in methods:
-        sel, avg = "AdaFedSelectKD", "AdaFedAvg"
         suffix0 = "" if precisions == ["fp32"] else f"@{precisions[0]}"
-        result["ratio_selectkd_over_fedavg"] = med[sel + suffix0] / med[avg + suffix0]
+        result["ratio_selectkd_over_fedavg"] = (med["AdaFedSelectKD" + suffix0]
+                                                / med["AdaFedAvg" + suffix0])
         result["target_ratio"] = TARGET
     if len(precisions) > 1 and "fp32" in precisions:
         result["ratio_over_fp32"] = {

@@ -109,24 +109,26 @@ class StepTimer:
 
     @contextlib.contextmanager
     def step(self):
-        if self._count_this_step():
+        counted = self._count_this_step()
+        if counted:
             from fedrepro.flops import counting
 
             _FLOPS_COUNTED.add(self.flop_key)
-            self._sync()
-            t0 = time.perf_counter()
-            with counting() as total:
-                yield
-            self._sync()
-            self.flop_seconds += time.perf_counter() - t0
-            self.flops = int(total())
-            return
+            mode = counting()
+        else:
+            mode = contextlib.nullcontext()
         self._sync()
         t0 = time.perf_counter()
-        yield
+        with mode as total:
+            yield
         self._sync()
-        self.seconds += time.perf_counter() - t0
-        self.steps += 1
+        seconds = time.perf_counter() - t0
+        if counted:  # the counter slows the step: its time is kept apart
+            self.flop_seconds += seconds
+            self.flops = int(total())
+        else:
+            self.seconds += seconds
+            self.steps += 1
 
     def stats(self) -> dict:
         out = {"seconds_steps": self.seconds, "seconds_per_step": self.seconds / max(self.steps, 1)}

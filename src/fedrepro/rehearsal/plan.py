@@ -185,18 +185,13 @@ def _share_gpus(config: dict, mem_mb: int) -> None:
     declare none, claim whole GPUs.  0: the config's resources unchanged."""
     if not mem_mb:
         return
-    for b in (config.get("backbones") or {}).values():
-        res = b.setdefault("resources", {})
-        for job in wf.JOB_RESOURCES:
-            entry = res.get(job)
-            res[job] = {**(entry or {})}
-            res[job].setdefault("gpu_mem_mb", mem_mb)
-    sec = config.get("fedsumm")
-    if sec is not None:
-        res = sec.setdefault("resources", {})
-        entry = res.get("train")
-        res["train"] = {**(entry or {})}
-        res["train"].setdefault("gpu_mem_mb", mem_mb)
+    jobs = [(b, wf.JOB_RESOURCES) for b in (config.get("backbones") or {}).values()]
+    if config.get("fedsumm") is not None:
+        jobs.append((config["fedsumm"], ("train",)))
+    for section, names in jobs:
+        res = section.setdefault("resources", {})
+        for job in names:
+            res[job] = {"gpu_mem_mb": mem_mb, **(res.get(job) or {})}
 
 
 # -- the cells ------------------------------------------------------------------------------
