@@ -93,7 +93,9 @@ class BackgroundWriter:
     An exception of a write is kept with the file's path and raised by :meth:`join` as a
     :class:`ClientWriteError` naming the file (the first failure; later ones are logged)."""
 
-    def __init__(self, max_pending: int = 2) -> None:
+    def __init__(self, max_pending: int = 2, what: str = "client checkpoint",
+                 name: str = "fedrepro-checkpoint-writer") -> None:
+        self.what, self.name = what, name
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -102,8 +104,7 @@ class BackgroundWriter:
     def submit(self, path: str | os.PathLike, write: Callable[[], None]) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="fedrepro-checkpoint-writer",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
         self._queue.put((str(path), write))
 
@@ -132,7 +133,7 @@ class BackgroundWriter:
                 log.error("background write of %s failed too: %s: %s", path, type(exc).__name__, exc)
             path, exc = errors[0]
             raise ClientWriteError(
-                f"{path}: the background write of this client checkpoint failed: "
+                f"{path}: the background write of this {self.what} failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 

@@ -38,7 +38,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from fedrepro.fl.checkpoint import ClientWriteError, checkpoint_paths, join_client_writes, save_state, timing_path
+from fedrepro.fl.checkpoint import BackgroundWriter, ClientWriteError, checkpoint_paths, join_client_writes, save_state, timing_path
 from fedrepro.io import InputError, write_json_atomic
 from fedrepro.logs import RoundProgress
 
@@ -199,6 +199,12 @@ def payload_bytes(arrays: ArrayRecord) -> int:
 class SortedCheckpointFedAvg(FedAvg):
     """FedAvg weighted by ``num-examples`` (|D_i|), deterministic, with round checkpoints."""
 
+    background_round_writes = True
+    """Inside :meth:`start` (the run's round loop), a round's server-step check and files are
+    written by a background thread while the next round trains (issue 25, item 3): joined before
+    the next round writes anything, before a spooled reply reuses a file, and when the run ends.
+    ``aggregate_train`` called on its own (outside a run) writes synchronously."""
+
     def __init__(self, out_dir: str | Path, round_offset: int, expected_clients: int, seed: int = 0,
                  timeout: float = 3600.0, wave_size: int | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -221,6 +227,13 @@ class SortedCheckpointFedAvg(FedAvg):
         self._progress: RoundProgress | None = None  # set by start()
         self._broadcast: ArrayRecord | None = None  # w_t of the round (a reference, not a copy)
         self._own_start = False  # a client's message replaced the broadcast (FedDC's daisy chain)
+        # the round's files (server-step check, tensors, timing, log entry) are written by a
+        # background thread while the next round trains (issue 25, item 3); joined before the next
+        # round writes anything, before a spooled reply reuses a file, and when the run ends
+        self._running = False
+        self._round_writer = BackgroundWriter(max_pending=1, what="round checkpoint",
+                                              name="fedrepro-round-writer")
+        self._writing_round: int | None = None
 
     # -- which node is which client --------------------------------------------------------
     def partitions(self, grid) -> dict[int, int]:
@@ -309,10 +322,21 @@ class SortedCheckpointFedAvg(FedAvg):
         self._progress = RoundProgress(self.round_offset + int(kwargs.get("num_rounds", 3)),
                                        self.expected_clients, start_round=self.round_offset,
                                        logger=log)
-        if not self.wave_size:
-            return super().start(grid=grid, **kwargs)
-        self._clear_spool()  # replies a killed run left behind
-        return super().start(grid=WaveGrid(grid, self), **kwargs)
+        self._running = True
+        try:
+            if not self.wave_size:
+                return super().start(grid=grid, **kwargs)
+            self._clear_spool()  # replies a killed run left behind
+            return super().start(grid=WaveGrid(grid, self), **kwargs)
+        except BaseException:
+            try:  # the run's own error stays its error; a failed round write is logged with it
+                self._round_writer.join()
+            except ClientWriteError as exc:
+                log.error("%s", exc)
+            raise
+        finally:
+            self._running = False
+            self.join_round_writes()
 
     def _spool_root(self) -> Path:
         return self.out_dir / "checkpoints" / "replies"
@@ -339,6 +363,8 @@ class SortedCheckpointFedAvg(FedAvg):
         if reply.has_error() or self.arrayrecord_key not in reply.content:
             return
         from fedrepro.io import safetensors_save_atomic
+
+        self.join_round_writes()  # the previous round's writer removes its spooled files
 
         arrays = reply.content[self.arrayrecord_key]
         pid = int(reply.content["metrics"]["partition-id"])
@@ -383,14 +409,18 @@ class SortedCheckpointFedAvg(FedAvg):
         """Extra JSON-able entries for the round log (none for FedAvg)."""
         return {}
 
-    def server_step(self, new: ArrayRecord, replies: list[Message]) -> dict:
-        """The round's ``server_step`` entry (:func:`server_step`): w_{t+1} against the broadcast
-        and the replies (spooled ones read back through :meth:`spooled_arrays`)."""
-        if self._broadcast is None:
-            return {"tensors": 0, "note": "no broadcast recorded"}
+    def server_step_note(self) -> str:
         if self._own_start:
-            return {"tensors": 0, "note": "clients start from their own models (a per-client "
-                    "downlink replaces the broadcast): no common w_t to compare with"}
+            return ("clients start from their own models (a per-client downlink replaces the "
+                    "broadcast): no common w_t to compare with")
+        return "no broadcast recorded"
+
+    def server_step_inputs(self, new: ArrayRecord, replies: list[Message]) -> tuple | None:
+        """The arguments of :func:`server_step` for the round: w_{t+1} against the broadcast and
+        the replies (spooled ones read back from their files), as lazy readers; None when there
+        is no common w_t (:meth:`server_step_note` says why)."""
+        if self._broadcast is None or self._own_start:
+            return None
 
         def record(arrays: ArrayRecord) -> dict:
             return {k: (tuple(a.shape), lambda a=a: a.numpy()) for k, a in arrays.items()}
@@ -406,7 +436,20 @@ class SortedCheckpointFedAvg(FedAvg):
                 clients.append(record(m.content[self.arrayrecord_key])
                                if self.arrayrecord_key in m.content else {})
         weights = [int(m.content["metrics"]["num-examples"]) for m in replies]
-        return server_step(record(self._broadcast), record(new), clients, weights)
+        return record(self._broadcast), record(new), clients, weights
+
+    def server_step(self, new: ArrayRecord, replies: list[Message]) -> dict:
+        """The round's ``server_step`` entry (:func:`server_step`), computed now."""
+        inputs = self.server_step_inputs(new, replies)
+        return server_step(*inputs) if inputs else {"tensors": 0, "note": self.server_step_note()}
+
+    def join_round_writes(self) -> None:
+        """Wait until the previous round's files are written (:attr:`background_round_writes`); a
+        failed write stops the run (``failure.json`` names the file)."""
+        try:
+            self._round_writer.join()
+        except ClientWriteError as exc:
+            self.fail(self._writing_round or self.round_offset + 1, str(exc))
 
     def save_server_state(self, absolute_round: int) -> None:
         """Persist server-side state beyond the global tensors (control variates, memories...)
@@ -416,6 +459,7 @@ class SortedCheckpointFedAvg(FedAvg):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         replies = list(replies)
         absolute = server_round + self.round_offset
+        self.join_round_writes()  # the previous round is on disk before this one writes anything
         errors = [m.error.reason for m in replies if m.has_error()]
         if errors or not replies or len(replies) < self._n_sampled:
             self.fail(absolute, "; ".join(errors) or self.missing_replies(self._round_nodes, replies, self._n_sampled))
@@ -440,7 +484,7 @@ class SortedCheckpointFedAvg(FedAvg):
                 entry["uplink_tensors"] = {k: list(a.shape) for k, a in sent.items()}
                 entry["uplink_bytes"] = payload_bytes(sent)
             clients.append(entry)
-        entry = {
+        head = {
             "round": absolute,
             "clients": clients,
             "bytes_down": self._down_bytes,
@@ -453,9 +497,12 @@ class SortedCheckpointFedAvg(FedAvg):
                 for m in replies
             ),
             "aggregated_metrics": {k: v for k, v in (metrics or {}).items() if not is_measurement(k)},
-            "server_step": self.server_step(arrays, replies),
-            **self.round_extras(absolute, replies),
         }
+        extras = self.round_extras(absolute, replies)
+        # what the server-step check reads, captured for the background (the next round replaces
+        # the broadcast and the spool's entries; Flower's Array data are immutable bytes)
+        step_inputs = self.server_step_inputs(arrays, replies)
+        spooled, self._spooled = self._spooled, {}
         self._broadcast = None
 
         # the clients' checkpoint files of this round are complete before the round checkpoint
@@ -464,19 +511,41 @@ class SortedCheckpointFedAvg(FedAvg):
             join_client_writes()
         except ClientWriteError as exc:
             self.fail(absolute, str(exc))
-        tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
-        save_state(tensors_path, arrays.to_torch_state_dict())
         self.save_server_state(absolute)
-        self._clear_spool()
-        write_json_atomic(
-            timing_path(self.out_dir, absolute),
-            {"round": absolute, "seconds": time.perf_counter() - self._round_t0,
-             "server_peak_rss_mb": peak_rss_mb(), "clients": measured},
-        )
-        write_json_atomic(meta_path, entry)
+        seconds = time.perf_counter() - self._round_t0
+        peak = peak_rss_mb()
+
+        def finish() -> None:
+            """The round's files, in order: tensors, timing, log entry (the completeness marker
+            that :func:`~fedrepro.fl.checkpoint.latest_round` reads)."""
+            t0 = time.perf_counter()
+            step = server_step(*step_inputs) if step_inputs else {
+                "tensors": 0, "note": self.server_step_note()}
+            tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
+            _naming(tensors_path, lambda: save_state(tensors_path, arrays.to_torch_state_dict()))
+            for entry_ in spooled.values():
+                Path(entry_["path"]).unlink(missing_ok=True)
+            path = timing_path(self.out_dir, absolute)
+            _naming(path, lambda: write_json_atomic(path, {
+                "round": absolute, "seconds": seconds, "server_peak_rss_mb": peak,
+                "seconds_background_finish": time.perf_counter() - t0, "clients": measured}))
+            _naming(meta_path, lambda: write_json_atomic(meta_path, {**head, "server_step": step, **extras}))
+
+        self._writing_round = absolute
+        if self.background_round_writes and self._running:
+            self._round_writer.submit(f"round {absolute}", finish)
+        else:
+            finish()
         if self._progress is not None:
             self._progress.log(absolute, len(replies))
         return arrays, metrics
+
+def _naming(path: Path, write) -> None:
+    """Run ``write``; an error names ``path`` (the round writer's error then says which file)."""
+    try:
+        write()
+    except Exception as exc:
+        raise OSError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
 def peak_rss_mb() -> float:

@@ -1,0 +1,122 @@
+"""A round's server-side files off the critical path (issue 25, item 3).
+
+Inside a run, the round's server-step check (float64 over every shared tensor), its tensors, its
+timing and its log entry are written by one background thread while the next round trains
+(:class:`fedrepro.fl.strategy.SortedCheckpointFedAvg`).  What must hold: the same bytes as the
+synchronous path; round r's files complete (log entry last) before round r+1 writes anything and
+before the run returns; a failed write stops the run naming the file, with no log entry claiming
+the round.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import helpers
+import fedrepro.fl.strategy as strategy
+from fedrepro.fl.cell import run_cell
+from fedrepro.fl.checkpoint import checkpoint_paths, latest_round, timing_path
+
+ROUND_WRITER = "fedrepro-round-writer"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("round-writes")
+    folders = helpers.make_partitions(root / "data", sizes=(6, 2, 3))
+    backbone = helpers.make_backbone(root)
+    return root, folders, backbone
+
+
+def _cell(world, name: str, method: str = "AdaFedSelectKD") -> dict:
+    root, folders, backbone = world
+    return dict(helpers.make_cell(root, method, backbone, folders, rounds=3, out_name=name),
+                engine="inprocess", keep_round_checkpoints=True)
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    # timing files hold measured seconds (provenance, not results): compared by their keys
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            rel = str(p.relative_to(folder))
+            out[rel] = (sorted(json.loads(p.read_text())) if "timing_round" in rel
+                        else p.read_bytes())
+    return out
+
+
+def test_round_files_are_written_in_the_background_in_order_and_joined(world, monkeypatch):
+    """Round writes are slowed (0.4 s each, in the writer thread).  When round r+1 starts writing,
+    round r's log entry exists (and was the last of its files); when run_cell returns, every round
+    is on disk; the writes happened in the round-writer thread; the timing file says how long the
+    background part took."""
+    cell = _cell(world, "bg")
+    real_save, real_json = strategy.save_state, strategy.write_json_atomic
+    events: list[tuple[str, int, str]] = []
+
+    def round_of(path) -> int:
+        return int(Path(path).stem.rsplit("_", 1)[1])
+
+    def slow_save(path, state):
+        r = round_of(path)
+        if r > 1:  # the previous round finished writing before this one writes anything
+            assert latest_round(cell["out_dir"]) == r - 1, f"round {r - 1} incomplete at round {r}"
+        events.append(("tensors", r, threading.current_thread().name))
+        time.sleep(0.4)
+        real_save(path, state)
+
+    def json_spy(path, obj):
+        name = Path(path).name
+        if name.startswith(("server_round_", "timing_round_")):
+            events.append((name.split("_round_")[0], round_of(path), threading.current_thread().name))
+        real_json(path, obj)
+
+    monkeypatch.setattr(strategy, "save_state", slow_save)
+    monkeypatch.setattr(strategy, "write_json_atomic", json_spy)
+    run_cell(cell, *helpers.cell_outputs(cell))
+    assert [(kind, r) for kind, r, _ in events] == [
+        (kind, r) for r in (1, 2, 3) for kind in ("tensors", "timing", "server")]
+    assert {thread for _, _, thread in events} == {ROUND_WRITER}, events
+    assert latest_round(cell["out_dir"]) == 3
+    timing = json.loads(timing_path(cell["out_dir"], 2).read_text())
+    assert timing["seconds_background_finish"] >= 0.4
+
+
+def test_background_round_writes_give_the_same_bytes_as_synchronous_ones(world, monkeypatch):
+    a = _cell(world, "async")
+    run_cell(a, *helpers.cell_outputs(a))
+    monkeypatch.setattr(strategy.SortedCheckpointFedAvg, "background_round_writes", False)
+    b = _cell(world, "sync")
+    run_cell(b, *helpers.cell_outputs(b))
+    ta, tb = _tree(Path(a["out_dir"])), _tree(Path(b["out_dir"]))
+    assert set(ta) == set(tb)
+    different = [k for k in ta if ta[k] != tb[k] and not k.endswith(("cell_config.json", "provenance.json"))]
+    assert not different, different
+    assert json.loads(checkpoint_paths(a["out_dir"], 2)[1].read_text())["server_step"]["tensors"] > 0
+
+
+def test_a_failed_background_round_write_stops_the_run_naming_the_file(world, monkeypatch):
+    cell = _cell(world, "bgfail")
+    bad = checkpoint_paths(cell["out_dir"], 2)[0]
+    real_save = strategy.save_state
+
+    def failing_save(path, state):
+        if Path(path) == bad:
+            raise OSError(28, "No space left on device")
+        real_save(path, state)
+
+    monkeypatch.setattr(strategy, "save_state", failing_save)
+    with pytest.raises(RuntimeError) as err:
+        run_cell(cell, *helpers.cell_outputs(cell))
+    assert str(bad) in str(err.value) and "No space left on device" in str(err.value)
+    assert "round 2 failed" in str(err.value)
+    assert latest_round(cell["out_dir"]) == 1  # no log entry claims round 2
+    assert not checkpoint_paths(cell["out_dir"], 2)[1].exists()
+    failure = json.loads((Path(cell["out_dir"]) / "checkpoints" / "failure.json").read_text())
+    assert str(bad) in failure["reason"]
+    assert not Path(helpers.cell_outputs(cell)[0]).exists()
