@@ -99,6 +99,7 @@ rule fedsum_train_cell:
         ),
     params:
         cell=lambda w: canonical(wfsum.make_fedsum_cell(config, w.fsum_setting, w.fsum_method, w.seed)),
+    priority: wf.rule_priority(config, "fedsum_train_cell")
     threads: config.get("fedsum", {}).get("threads_per_cell", 1)
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],

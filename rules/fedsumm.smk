@@ -54,6 +54,7 @@ rule fedsumm_row:
         fs_model="|".join(wfs.MODELS),
     params:
         cells=lambda w: canonical(wfs.row_cells(config, "table", w.fs_corpus, w.fs_n, w.fs_model, w.seed)),
+    priority: wf.rule_priority(config, "fedsumm_row")
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],
@@ -82,6 +83,7 @@ rule fedsumm_federated_row:
         fs_model="|".join(wfs.MODELS),
     params:
         cells=lambda w: canonical(wfs.row_cells(config, "federated", w.fs_corpus, w.fs_n, w.fs_model, w.seed)),
+    priority: wf.rule_priority(config, "fedsumm_federated_row")
     threads: config["fedsumm"]["threads_per_cell"]
     resources:
         gpu=lambda w: wfs.job_resources(config, "train")["gpu"],

@@ -311,3 +311,16 @@ def test_report_names_the_failure(tmp_path):
 def test_samples_rule_writes_where_the_plan_points():
     text = (ROOT / "rules/rehearsal.smk").read_text()
     assert f'directory("{plan.SAMPLES_DIR}/{{source}}")' in text
+
+
+def test_the_rehearsal_starts_its_long_poles_first():
+    """config/rehearsal.yaml's priorities (fedrepro.grid.rule_priority): FedSUMM's rows before
+    FedSum's cells before everything else (0); a bad value names its key."""
+    from fedrepro import grid
+
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "rehearsal.yaml").read_text())
+    assert (grid.rule_priority(cfg, "fedsumm_row") == grid.rule_priority(cfg, "fedsumm_federated_row")
+            > grid.rule_priority(cfg, "fedsum_train_cell") > grid.rule_priority(cfg, "train_cell") == 0)
+    assert grid.rule_priority({}, "fedsumm_row") == 0  # the paper config: Snakemake's default
+    with pytest.raises(InputError, match="priority.fedsum_train_cell"):
+        grid.rule_priority({"priority": {"fedsum_train_cell": "high"}}, "fedsum_train_cell")

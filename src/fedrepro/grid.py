@@ -86,6 +86,21 @@ def gpu_mem_mb(resources: dict) -> int:
     return value
 
 
+def rule_priority(config: dict, rule: str) -> int:
+    """Snakemake's ``priority`` of ``rule``'s jobs: the config's ``priority.<rule>`` (default 0).
+
+    Higher starts first among the jobs that are ready.  ``config/rehearsal.yaml`` puts the long
+    poles first (FedSUMM's rows, FedSum's 20-client cells): on the H100 the greedy scheduler had
+    started them last and the budget cut them (docs/rehearsal.md)."""
+    table = config.get("priority") or {}
+    if not isinstance(table, dict):
+        raise InputError(f"config key priority: a mapping of rule name to integer, got {table!r}")
+    value = table.get(rule, 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"config key priority.{rule}: an integer, got {value!r}")
+    return value
+
+
 def hub_cache_dir(config: dict, basedir) -> str | None:
     """``HF_HOME`` for every job: the config's ``hub_cache`` (relative to the repository,
     ``basedir``), or None to leave the environment's.  On a cluster it must be a path the login
