@@ -920,7 +920,8 @@ def deviation_summary(values: np.ndarray | Sequence[float]) -> dict[str, float]:
     arr = np.asarray(values)
     if arr.size == 0:
         raise InputError("no values to summarise")
-    mean = float(arr.astype(np.float64).mean())
+    # float64 accumulation without a float64 copy (ρ − 1 of every parameter: 0.9 GB at 116 M)
+    mean = float(arr.mean(dtype=np.float64))
     q = np.quantile(arr, list(QUANTILES.values()), overwrite_input=isinstance(values, np.ndarray))
     return {**{k: float(v) for k, v in zip(QUANTILES, q)}, "mean": mean}
 
