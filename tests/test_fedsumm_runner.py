@@ -499,8 +499,10 @@ def test_disk_server_state_resumes_bit_identically_and_follows_the_checkpoint_po
         _run(cut)
     monkeypatch.undo()
     ckpt = Path(cut["out_dir"]) / "checkpoints"
-    assert [p.name for p in ckpt.glob("fedsumm_server_round_*.pt")] == [
-        "fedsumm_server_round_002.pt"
+    # round 1's state stays until round 3 saves its own: when round 3 started, round 2's log entry
+    # could still have been with the background round writer (a resume from round 1)
+    assert sorted(p.name for p in ckpt.glob("fedsumm_server_round_*.pt")) == [
+        "fedsumm_server_round_001.pt", "fedsumm_server_round_002.pt"
     ]
     named = state_names(torch.load(server_state_path(cut["out_dir"], 2), weights_only=True))
     on_disk = {p.stem for p in server_state_dir(cut["out_dir"]).glob("*.bin")}
@@ -522,6 +524,38 @@ def test_disk_server_state_resumes_bit_identically_and_follows_the_checkpoint_po
     assert (Path(kept["out_dir"]) / "adapters.safetensors").read_bytes() == (
         memory / "adapters.safetensors"
     ).read_bytes()
+
+
+def test_a_round_whose_log_entry_the_background_writer_lost_resumes_from_the_round_before(
+    world, tmp_path, monkeypatch
+):
+    """Round t's files are written in the background while round t+1 trains
+    (fedrepro.fl.strategy): when round 2's write fails, round 3 has already started (and pruned
+    old server states); the run stops naming the file, and the rerun resumes from round 1 -- whose
+    server state (disk storage) must still be there -- to the bits of an uninterrupted run."""
+    import fedrepro.fl.strategy as fl_strategy
+
+    disk = {"server_state": {"storage": "disk", "dtype": "float32"}}
+    memory = _run(_cell(world, tmp_path, "ct", "FedSUMM", "bg-memory", rounds=3))
+    cut = _cell(world, tmp_path, "ct", "FedSUMM", "bg-cut", rounds=3, **disk)
+    bad = checkpoint_paths(cut["out_dir"], 2)[0]
+    real_save = fl_strategy.save_state
+
+    def failing(path, state):
+        if Path(path) == bad:
+            raise OSError(28, "No space left on device")
+        real_save(path, state)
+
+    monkeypatch.setattr(fl_strategy, "save_state", failing)
+    with pytest.raises(RuntimeError, match="round 2 failed") as err:
+        _run(cut)
+    assert str(bad) in str(err.value)
+    monkeypatch.undo()
+    assert server_state_path(cut["out_dir"], 1).exists()
+    assert not checkpoint_paths(cut["out_dir"], 2)[1].exists()
+    _run(cut)
+    for name in ("adapters.safetensors", "train_log.json"):
+        assert (Path(cut["out_dir"]) / name).read_bytes() == (memory / name).read_bytes()
 
 
 def test_local_regimes_and_final_evaluation(world, tmp_path):

@@ -120,3 +120,39 @@ def test_a_failed_background_round_write_stops_the_run_naming_the_file(world, mo
     failure = json.loads((Path(cell["out_dir"]) / "checkpoints" / "failure.json").read_text())
     assert str(bad) in failure["reason"]
     assert not Path(helpers.cell_outputs(cell)[0]).exists()
+
+
+def test_a_client_keeps_the_file_a_resume_from_the_last_complete_round_needs(tmp_path):
+    """While round t+1 trains, round t's log entry may still be with the background writer: the
+    last complete round on disk is t-1, and a client pruning its older files keeps its newest
+    file at or before t-1 (FedSum's save_client_state; FedMCP's client round uses the same rule)."""
+    import torch
+
+    from fedrepro.fl.checkpoint import client_files_needed_from
+    from fedrepro.papers.fedsum.task import client_state_path, save_client_state
+
+    cell = {"out_dir": str(tmp_path / "cell"), "keep_round_checkpoints": False}
+    folder = client_state_path(cell, "A", 1).parent
+
+    def complete(r: int) -> None:  # round r's server checkpoint, as latest_round reads it
+        tensors, meta = checkpoint_paths(cell["out_dir"], r)
+        tensors.parent.mkdir(parents=True, exist_ok=True)
+        tensors.write_bytes(b"x")
+        meta.write_text("{}")
+
+    def files() -> list[int]:
+        return sorted(int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("round_*.safetensors"))
+
+    for r in (1, 2):
+        save_client_state(cell, "A", r, {"w": torch.full((2,), float(r))})
+    assert files() == [1, 2]  # no round complete yet: nothing pruned
+    complete(1)
+    save_client_state(cell, "A", 3, {"w": torch.ones(2)})  # round 2's entry still being written
+    assert files() == [1, 2, 3]  # a resume from round 1 needs file 1
+    assert client_files_needed_from(cell["out_dir"], folder, "round_", 2) == 1
+    complete(2)
+    complete(3)
+    save_client_state(cell, "A", 4, {"w": torch.ones(2)})
+    assert files() == [3, 4]  # round 3 complete: only the newest older file stays, as before
+    assert client_files_needed_from(cell["out_dir"], folder, "round_", 3) == 3
+    assert client_files_needed_from(tmp_path / "elsewhere", folder, "round_", 3) == 0  # keep all

@@ -308,6 +308,20 @@ def latest_client_round(folder: str | Path, prefix: str, upto: int) -> int:
     return best
 
 
+def client_files_needed_from(out_dir: str | Path, folder: str | Path, prefix: str, started_from: int) -> int:
+    """The oldest round whose client file ``<folder>/<prefix>NNN.safetensors`` must stay: the one
+    this round started from (``started_from``), or the older one a resume would start from.
+
+    A resume starts at the last round whose checkpoint is complete on disk (:func:`latest_round`)
+    and gives each client its newest file at or before it (:func:`latest_client_round`).  The
+    server writes a round's log entry in the background while the next round trains
+    (:mod:`fedrepro.fl.strategy`), so during round t+1 the last complete round can still be t-1:
+    a client pruning its files then keeps the one a resume from t-1 needs.  0: keep every file
+    (no round complete yet, or the server's checkpoints are not visible here)."""
+    done = latest_round(out_dir)
+    return min(int(started_from), latest_client_round(folder, prefix, done))
+
+
 def last_participation(out_dir: str | Path, clients: list[str], upto: int) -> dict[str, int]:
     """``{client: the last round <= upto whose round log lists it}`` (0: never sampled), from the
     server's checkpoints; ``clients`` in partition-id order (``cell['clients']``)."""

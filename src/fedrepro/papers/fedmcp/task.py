@@ -289,8 +289,13 @@ def client_train_round(
                         + [(f"private.{k}", v) for k, v in cpu_state(private_state(model)).items()])
     save_state(client_state_path(cell, client, round_index), state)
     if prev_round > 1 and not cell.get("keep_round_checkpoints", False):
-        # a resume of this round needs only the file it started from (prev_round)
-        for r in range(1, prev_round):
+        # a resume needs the file this round started from (prev_round), or an older one while the
+        # previous round's checkpoint is still being written (fedrepro.fl.checkpoint)
+        from fedrepro.fl.checkpoint import client_files_needed_from
+
+        keep = client_files_needed_from(cell["out_dir"], client_state_path(cell, client, 1).parent,
+                                        CLIENT_STATE_PREFIX, prev_round)
+        for r in range(1, keep):
             old = client_state_path(cell, client, r)
             if old.exists():
                 old.unlink()

@@ -504,8 +504,10 @@ def save_client_state(
     cell: Mapping, client: str, round_index: int, state: Mapping[str, torch.Tensor]
 ) -> None:
     """Save round ``round_index``'s state; keep only it and the newest older one (a rerun of this
-    round after a kill needs that one), unless ``keep_round_checkpoints``."""
-    from fedrepro.fl.checkpoint import save_state
+    round after a kill needs that one) -- or an older one while the previous round's checkpoint
+    is still being written (:func:`fedrepro.fl.checkpoint.client_files_needed_from`) -- unless
+    ``keep_round_checkpoints``."""
+    from fedrepro.fl.checkpoint import client_files_needed_from, save_state
 
     save_state(client_state_path(cell, client, round_index), state)
     if cell.get("keep_round_checkpoints", False):
@@ -516,8 +518,12 @@ def save_client_state(
         for f in folder.glob("round_*.safetensors")
         if (m := _ROUND_FILE.match(f.name)) and int(m.group(1)) < round_index
     )
-    for r in older[:-1]:
-        client_state_path(cell, client, r).unlink(missing_ok=True)
+    if not older:
+        return
+    keep = client_files_needed_from(cell["out_dir"], folder, "round_", older[-1])
+    for r in older:
+        if r < keep:
+            client_state_path(cell, client, r).unlink(missing_ok=True)
 
 
 # -- records <-> library objects ---------------------------------------------------------------

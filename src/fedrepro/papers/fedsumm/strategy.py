@@ -254,9 +254,10 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         return records
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
-        # round t-1 finished (its JSON is written), so a resume starts at t-1 or later: the states
-        # of earlier rounds (and their disk files) can go
-        self._prune_server_states(keep_from=server_round + self.round_offset - 1)
+        # round t-1 finished, but its log entry (the completeness marker) may still be with the
+        # background round writer (fedrepro.fl.strategy): a resume may start at t-2, so the
+        # states of rounds before t-2 (and their disk files) can go
+        self._prune_server_states(keep_from=server_round + self.round_offset - 2)
         self._grid = grid
         self._cell_json = str(config["cell"])
         self._global = OrderedDict(
