@@ -9,7 +9,13 @@
   bytes down/up) are written atomically to ``<cell>/checkpoints/``; a killed run resumes from the
   last finished round (:func:`latest_round`).  The clients' own checkpoint writes of the round
   (in the background on the in-process engine) are joined first, so a round checkpoint never
-  exists before its clients' files.
+  exists before its clients' files.  Inside a run the round's files (and its server-step check)
+  are written by a background thread while the next round trains (issue 25, item 3;
+  :attr:`SortedCheckpointFedAvg.background_round_writes`): the log entry, the completeness
+  marker, is still written last, and the writes are joined before the next round writes anything.
+  So during round t+1 the last complete round on disk can be t-1: whatever prunes older state
+  keeps what a resume from t-1 needs (:func:`fedrepro.fl.checkpoint.client_files_needed_from`,
+  FedSUMM's server states).
 * Partial participation is deterministic: before the first round the strategy asks every node
   for its ``partition-id`` (one ``query`` message each), then samples *partition ids* with a
   generator seeded by (cell seed, round) -- Flower's own sampling draws node ids with the global
