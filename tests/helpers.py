@@ -230,3 +230,16 @@ def cell_outputs(cell: dict) -> tuple[str, str, str]:
     """``run_cell``'s three outputs in the cell's ``out_dir``: adapters, train log, provenance."""
     out = Path(cell["out_dir"])
     return str(out / "adapters.safetensors"), str(out / "train_log.json"), str(out / "provenance.json")
+
+
+def disk_full_at(monkeypatch, owner, attr: str, bad: Path, path_arg: int = 0) -> None:
+    """Patch the writer ``owner.attr`` so that writing ``bad`` (its positional argument
+    ``path_arg``) raises ENOSPC ("No space left on device"); every other write goes through."""
+    real = getattr(owner, attr)
+
+    def failing(*args, **kwargs):
+        if Path(args[path_arg]) == Path(bad):
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attr, failing)

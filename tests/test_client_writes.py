@@ -152,14 +152,7 @@ def test_an_error_in_a_background_write_fails_the_cell_naming_the_file(world, mo
     cell = dict(helpers.make_cell(root, "AdaFedSelectKD", backbone, folders, rounds=2, out_name="diskfull"),
                 engine="inprocess", keep_round_checkpoints=True)
     bad = client_state_path(cell, "Committee", 1)
-    real_write = ckpt.safetensors_save_atomic
-
-    def failing_write(tensors, path):
-        if Path(path) == bad:
-            raise OSError(28, "No space left on device")
-        real_write(tensors, path)
-
-    monkeypatch.setattr(ckpt, "safetensors_save_atomic", failing_write)
+    helpers.disk_full_at(monkeypatch, ckpt, "safetensors_save_atomic", bad, path_arg=1)
     with pytest.raises(RuntimeError) as err:
         run_cell(cell, *helpers.cell_outputs(cell))
     assert str(bad) in str(err.value) and "No space left on device" in str(err.value)

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 import faults
+import helpers
 import numpy as np
 import pytest
 import torch
@@ -539,14 +540,7 @@ def test_a_round_whose_log_entry_the_background_writer_lost_resumes_from_the_rou
     memory = _run(_cell(world, tmp_path, "ct", "FedSUMM", "bg-memory", rounds=3))
     cut = _cell(world, tmp_path, "ct", "FedSUMM", "bg-cut", rounds=3, **disk)
     bad = checkpoint_paths(cut["out_dir"], 2)[0]
-    real_save = fl_strategy.save_state
-
-    def failing(path, state):
-        if Path(path) == bad:
-            raise OSError(28, "No space left on device")
-        real_save(path, state)
-
-    monkeypatch.setattr(fl_strategy, "save_state", failing)
+    helpers.disk_full_at(monkeypatch, fl_strategy, "save_state", bad)
     with pytest.raises(RuntimeError, match="round 2 failed") as err:
         _run(cut)
     assert str(bad) in str(err.value)

@@ -103,14 +103,7 @@ def test_background_round_writes_give_the_same_bytes_as_synchronous_ones(world, 
 def test_a_failed_background_round_write_stops_the_run_naming_the_file(world, monkeypatch):
     cell = _cell(world, "bgfail")
     bad = checkpoint_paths(cell["out_dir"], 2)[0]
-    real_save = strategy.save_state
-
-    def failing_save(path, state):
-        if Path(path) == bad:
-            raise OSError(28, "No space left on device")
-        real_save(path, state)
-
-    monkeypatch.setattr(strategy, "save_state", failing_save)
+    helpers.disk_full_at(monkeypatch, strategy, "save_state", bad)
     with pytest.raises(RuntimeError) as err:
         run_cell(cell, *helpers.cell_outputs(cell))
     assert str(bad) in str(err.value) and "No space left on device" in str(err.value)
