@@ -507,7 +507,8 @@ class SortedCheckpointFedAvg(FedAvg):
         extras = self.round_extras(absolute, replies)
         # what the server-step check reads, captured for the background (the next round replaces
         # the broadcast and the spool's entries; Flower's Array data are immutable bytes)
-        step_inputs = self.server_step_inputs(arrays, replies)
+        held = [self.server_step_inputs(arrays, replies)]
+        note = self.server_step_note()
         spooled, self._spooled = self._spooled, {}
         self._broadcast = None
 
@@ -525,8 +526,9 @@ class SortedCheckpointFedAvg(FedAvg):
             """The round's files, in order: tensors, timing, log entry (the completeness marker
             that :func:`~fedrepro.fl.checkpoint.latest_round` reads)."""
             t0 = time.perf_counter()
-            step = server_step(*step_inputs) if step_inputs else {
-                "tensors": 0, "note": self.server_step_note()}
+            inputs = held.pop()  # the replies are released as soon as the check has read them
+            step = server_step(*inputs) if inputs else {"tensors": 0, "note": note}
+            del inputs
             tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
             _naming(tensors_path, lambda: save_state(tensors_path, arrays.to_torch_state_dict()))
             for entry_ in spooled.values():
