@@ -78,7 +78,7 @@ from fedrepro.papers.fedsumm.algorithm import (
 )
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.devices import cell_device
-from fedrepro.fl.checkpoint import checkpoint_paths
+from fedrepro.fl.checkpoint import checkpoint_paths, latest_round
 from fedrepro.fl.dp import ADAPTIVE_METRIC_KEYS, METRIC_KEYS, dp_adaptive_clip_mean, dp_median_clip_mean
 from fedrepro.fl.privacy import DPSettings, epsilon_per_round
 from fedrepro.papers.fedsumm.task import (
@@ -254,10 +254,11 @@ class FedSummStrategy(SortedCheckpointFedAvg):
         return records
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
-        # round t-1 finished, but its log entry (the completeness marker) may still be with the
-        # background round writer (fedrepro.fl.strategy): a resume may start at t-2, so the
-        # states of rounds before t-2 (and their disk files) can go
-        self._prune_server_states(keep_from=server_round + self.round_offset - 2)
+        # a resume starts at the last round whose log entry (the completeness marker) is on disk:
+        # t-1, or t-2 while round t-1's entry is still with the background round writer
+        # (fedrepro.fl.strategy); the states of earlier rounds (and their disk files) can go
+        done = latest_round(self.out_dir)
+        self._prune_server_states(keep_from=min(server_round + self.round_offset - 1, done))
         self._grid = grid
         self._cell_json = str(config["cell"])
         self._global = OrderedDict(
