@@ -32,8 +32,10 @@ nested phases are listed with their parent as prefix, e.g. ``client.train/build_
 * server side (:mod:`fedrepro.papers.fedsumm.strategy`): ``server.client_records`` (the guidance
   sent with a train message), ``server.spool_reply``, ``server.aggregate_arrays`` and in it
   ``server_round`` / ``rho`` (the ρ reading) / ``finish_round`` (adapter and mean),
-  ``server.server_step``, ``server.evaluate_global`` (the evaluate messages to every client),
-  ``server.save_global`` (the round checkpoint), ``server.save_server_state``.
+  ``server.evaluate_global`` (the evaluate messages to every client), ``server.save_server_state``;
+  the server-step check and the round checkpoint run in the round writer thread while the next
+  round trains (:mod:`fedrepro.fl.strategy`), listed as ``background/server.server_step`` and
+  ``background/server.save_global`` (outside the round's clock, so not in ``other``).
 
 ``other`` is the round's seconds not in a top-level phase.  ``--profile`` writes a cProfile top 40
 by cumulative time of each regime's child next to the JSON (``<out stem>_<regime>.prof.txt``).
@@ -53,6 +55,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -139,7 +142,10 @@ class Phases:
         self.round = 0
         self.seconds: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.calls: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._stack: list[str] = []  # one stack: the server waits while a client runs
+        # one stack per thread: the server waits while a client runs (one thread), but a round's
+        # server-step check and files are written by the round writer thread meanwhile
+        # (fedrepro.fl.strategy); its phases are listed under "background/"
+        self._local = threading.local()
 
     def wrap(self, owner, attr: str, name: str) -> None:
         original = getattr(owner, attr)
@@ -148,7 +154,10 @@ class Phases:
 
         @functools.wraps(original)
         def timed(*a, **kw):
-            stack = phases._stack
+            stack = getattr(phases._local, "stack", None)
+            if stack is None:
+                main = threading.current_thread() is threading.main_thread()
+                stack = phases._local.stack = [] if main else ["background"]
             full = "/".join([*stack, name])
             stack.append(name)
             t0 = time.perf_counter()
@@ -178,11 +187,12 @@ def install_timers(phases: Phases) -> None:
     phases.wrap(ArrayRecord, "__init__", "flwr.ArrayRecord")
     S = strategy.FedSummStrategy
     for attr, name in (("client_records", "server.client_records"), ("spool_reply", "server.spool_reply"),
-                       ("aggregate_arrays", "server.aggregate_arrays"), ("server_step", "server.server_step"),
+                       ("aggregate_arrays", "server.aggregate_arrays"),
                        ("evaluate_global", "server.evaluate_global"),
                        ("save_server_state", "server.save_server_state")):
         phases.wrap(S, attr, name)
     phases.wrap(fl_strategy, "save_state", "server.save_global")
+    phases.wrap(fl_strategy, "server_step", "server.server_step")  # in the round writer thread
     for cls in (algorithm.FedSummServer, strategy.FedAvgServer):
         if "server_round" in cls.__dict__:
             phases.wrap(cls, "server_round", "server_round")
