@@ -548,6 +548,7 @@ class SortedCheckpointFedAvg(FedAvg):
             self._progress.log(absolute, len(replies))
         return arrays, metrics
 
+
 def _naming(path: Path, write) -> None:
     """Run ``write``; an error names ``path`` (the round writer's error then says which file)."""
     try:
