@@ -16,7 +16,9 @@
 # failed_logs.tar.gz, gpu_mon.csv, run.log).
 # Env: GPU_CHECK_BUDGET_S (default 540: the script ends within about that; give the command 30 s
 #      more), GPU_CHECK_SKIP_BENCH=1 (the quiet benchmarks), GPU_CHECK_SKIP_REHEARSAL=1,
-#      GPU_CHECK_BESIDE=led|fedsumm|none (the benchmark beside the rehearsal), REHEARSE_* (passed on).
+#      GPU_CHECK_BESIDE=led|fedsumm|none (the benchmark beside the rehearsal), REHEARSE_* (passed on),
+#      GPU_CHECK_FEDSUMM_PROFILE=N (FedSUMM's round at N clients, alone, with a profile; regimes
+#      GPU_CHECK_FEDSUMM_REGIMES, default FedAvg,FedSUMM).
 set -u
 T0=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET_S:-540}
@@ -70,6 +72,12 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   bench round_overhead_8steps 90 "$PY" bench/round_overhead.py --engines inprocess --device cuda \
     --steps 8 --rounds 3 --batch-size 8 --source-len 1024 --target-len 256 --threads 8 \
     --work-dir /tmp/ro --out "$B/round_overhead_h100_8steps.json"
+fi
+if [ -n "${GPU_CHECK_FEDSUMM_PROFILE:-}" ]; then  # N: FedSUMM's round at N clients, alone, profiled
+  bench fedsumm_round_profile 240 "$PY" bench/fedsumm_round_overhead.py --device cuda \
+    --regimes "${GPU_CHECK_FEDSUMM_REGIMES:-FedAvg,FedSUMM}" --clients "$GPU_CHECK_FEDSUMM_PROFILE" \
+    --rounds 2 --threads "${GPU_CHECK_REHEARSE_THREADS:-4}" --profile --work-dir /tmp/fso \
+    --out "$B/fedsumm_round_overhead_h100_n${GPU_CHECK_FEDSUMM_PROFILE}.json"
 fi
 say "quiet benchmarks done; $(left)s left"
 tar -czf "$OUT/bench_quiet.tar.gz" -C "$OUT" bench && rm -rf "$B" && mkdir -p "$B"
