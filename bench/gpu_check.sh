@@ -48,6 +48,10 @@ if [ -f .gpu/whl.tar.xz ] && [ "${REHEARSE_SKIP_INSTALL:-0}" != 1 ]; then
   rm -rf /tmp/gpu_check_whl
   say "installed $(ls -d "$SITE"/*.dist-info 2>/dev/null | wc -l) distributions into $SITE"
 fi
+# byte-code once for every process: the GPU machine does not write .pyc files (pip --no-compile,
+# and its Python compiled ~10,000 sources, 6-9 s, in every cell process of the first runs)
+timeout 120 "$PY" -m compileall -q -j 0 "$SITE" src >/dev/null 2>&1 || true
+say "byte-compiled $SITE and src"
 export PYTHONPATH="$SITE:$PWD/src" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '', 'transformers', transformers.__version__)" 2>&1 | tee -a "$LOG"
 

@@ -102,3 +102,38 @@ def test_deviation_summary_on_a_tensor_is_numpys():
     with pytest.raises(A.InputError, match="no values"):
         A.deviation_summary(torch.empty(0))
     assert np.isfinite(list(b.values())).all()
+
+
+def test_rho_moves_each_vector_to_the_device_once(monkeypatch):
+    """Inside ρ (``_resident``) a client's update directions, eq. 6's softmax and eq. 5's sums stay
+    on the compute device: the entries copied host -> device per client-round are about two
+    models' worth (its reply and its stored S_c), where handing every function's result back to
+    the CPU copied several times that.  The numbers are the same either way."""
+    import contextlib
+
+    moved = [0]
+    original = A._to_compute
+
+    def counting(t):
+        if A._COMPUTE[0] is not None and t.device.type == "cpu":
+            moved[0] += t.numel()
+        return original(t)
+
+    monkeypatch.setattr(A, "_to_compute", counting)
+    entries = sum(v.numel() for v in _world()[0].values())
+
+    def run():
+        moved[0] = 0
+        logs, _ = _two_rounds("update_direction_rank", on_device=True)
+        return moved[0], logs
+
+    resident, logs = run()
+    monkeypatch.setattr(A, "_resident", contextlib.nullcontext)
+    handed_back, logs_back = run()
+    assert [log["rho"] for log in logs] == [log["rho"] for log in logs_back]
+    client_rounds = 2 * 3
+    # per client-round: its reply twice (the round's mean direction, then its own) and its MG's
+    # norm; its old S_c in round 2; per round w_t, S_g and the old S_g once: 22 models' worth
+    bound = 2 * client_rounds + client_rounds + 3 + 2 * 3
+    assert resident <= entries * bound, resident / entries
+    assert handed_back >= 1.8 * resident, (handed_back / entries, resident / entries)

@@ -130,6 +130,37 @@ def test_server_step_does_not_depend_on_record_order_or_spooling(tmp_path):
         fl_strategy.SERVER_STEP_CHUNK = small
 
 
+def test_server_step_on_a_device_agrees_with_the_cpu(tmp_path):
+    """``check_device`` (the cell's GPU): torch float64 on the device gives the numpy path's
+    numbers; on the stand-in accelerator of tests/device_check.py (refuses a CPU tensor beside a
+    device one, as CUDA does), with spooled (torch) and in-memory (numpy) replies alike."""
+    from device_check import ACCEL, strict_device
+
+    rng = np.random.default_rng(3)
+    w_t = {"w": rng.normal(size=(5, 3)), "b": rng.normal(size=4), "frozen": [7.0]}
+    clients = [{k: np.asarray(w_t[k]) + rng.normal(size=np.shape(w_t[k])) for k in ("w", "b")}
+               for _ in range(3)]
+    new = {k: np.asarray(w_t[k]) + 0.3 * rng.normal(size=np.shape(w_t[k])) for k in ("w", "b")}
+
+    def rec(d, as_torch=False):
+        def read(v):
+            a = np.asarray(v, dtype=np.float32)
+            return torch.from_numpy(a) if as_torch else a
+        return {k: (tuple(np.shape(v)), lambda v=v: read(v)) for k, v in d.items()}
+
+    ns = [5, 1, 2]
+    cpu = fl_strategy.server_step(rec(w_t), rec(new), [rec(c) for c in clients], ns)
+    assert fl_strategy.server_step(rec(w_t), rec(new), [rec(c) for c in clients], ns,
+                                   device="cpu") == cpu
+    with strict_device():
+        dev = fl_strategy.server_step(rec(w_t), rec(new), [rec(c, as_torch=True) for c in clients],
+                                      ns, device=ACCEL)
+    assert dev.keys() == cpu.keys() and dev["entries"] == 19 and dev["skipped_tensors"] == 1
+    for k, v in cpu.items():
+        assert dev[k] == pytest.approx(v, rel=1e-12), k
+    assert abs(cpu["weighted_ratio"] - 1) > 0.05  # not a trivial step
+
+
 def test_no_common_reference_means_no_ratio(tmp_path):
     class OwnModels(SortedCheckpointFedAvg):  # FedDC: each client gets the model it holds
         def client_records(self, absolute_round, partition_id):

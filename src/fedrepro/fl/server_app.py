@@ -11,6 +11,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedrepro.devices import cell_device
 from fedrepro.fl.checkpoint import checkpoint_paths, load_state, prepare_checkpoints
 from fedrepro.fl.strategy import SortedCheckpointFedAvg
 from fedrepro.fl.tasks import strategy_factory, task_for
@@ -52,6 +53,7 @@ def run_server(grid: Grid, cell: dict, initial_state: OrderedDict[str, torch.Ten
         min_evaluate_nodes=0,
         min_available_nodes=n_clients,
         weighted_by_key="num-examples",
+        check_device=str(cell_device(cell)),  # the server-step check on the cell's GPU, if any
     )
     # a paper whose server does more than FedAvg supplies its own strategy (a subclass)
     make = strategy_factory(cell)

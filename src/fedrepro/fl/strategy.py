@@ -96,7 +96,55 @@ def _quotient(a: float, b: float) -> float | None:
     return None if b == 0 else a / b
 
 
-def server_step(reference, new, clients, weights) -> dict:
+def _device_tensor(x, device):
+    """A read tensor (numpy array or torch tensor) flat on ``device`` in its own dtype."""
+    import torch
+
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    return x.detach().reshape(-1).to(device)
+
+
+def _server_step_sums(keys, reference, new, clients, p, device) -> tuple:
+    """:func:`server_step`'s partial sums on a torch ``device`` (a GPU): one float64 partial per
+    tensor (the device's reductions are deterministic: the same replies give the same bits),
+    each client's tensor moved there once.  The CPU path (numpy, chunk by chunk) is the
+    reference; this one agrees with it to float64 rounding (tests/test_round_writes.py)."""
+    import torch
+
+    m = len(clients)
+    s2, u2, w2, su_dot, sw_dot = [], [], [], [], []
+    client_sq: list[list[float]] = [[] for _ in range(m)]
+    max_abs, entries, non_float = 0.0, 0, 0
+    for name in keys:
+        w_t = _device_tensor(reference[name][1](), device)
+        if not w_t.is_floating_point():
+            non_float += 1
+            continue
+        w_t = w_t.double()
+        entries += w_t.numel()
+        su = torch.zeros_like(w_t)
+        sw = torch.zeros_like(w_t)
+        for c, (client, weight) in enumerate(zip(clients, p)):
+            d = _device_tensor(client[name][1](), device).double().sub_(w_t)
+            client_sq[c].append(float(d.square().sum()))
+            su += d
+            sw.add_(d, alpha=weight)
+            del d
+        step = _device_tensor(new[name][1](), device).double().sub_(w_t)
+        mean_u = su.div_(m)
+        s2.append(float(step.square().sum()))
+        u2.append(float(mean_u.square().sum()))
+        w2.append(float(sw.square().sum()))
+        su_dot.append(float((step * mean_u).sum()))
+        sw_dot.append(float((step * sw).sum()))
+        if step.numel():
+            max_abs = max(max_abs, float(step.abs().max()))
+        del w_t, su, sw, step, mean_u
+    return s2, u2, w2, su_dot, sw_dot, client_sq, max_abs, entries, non_float
+
+
+def server_step(reference, new, clients, weights, device=None) -> dict:
     """How far the server moved the model against the clients' mean update, in float64.
 
     ``reference``: ``{name: (shape, read)}`` of the broadcast w_t; ``new``: the same of w_{t+1};
@@ -115,7 +163,9 @@ def server_step(reference, new, clients, weights) -> dict:
       Σ_c p_c ‖Δ_c‖ (their ratio to the mean's norm is the clients' dispersion: a server that
       scales each client's update by at most s moves at most s times them, triangle inequality).
 
-    Deterministic (no timing): the same replies give the same bits.
+    ``device``: a torch device (the cell's GPU) to compute on (:func:`_server_step_sums`);
+    None or a CPU device: numpy on the CPU.  Deterministic (no timing): the same replies give the
+    same bits.
     """
     m = len(clients)
     total = float(sum(weights))
@@ -134,6 +184,11 @@ def server_step(reference, new, clients, weights) -> dict:
             keys.append(name)
         else:
             skipped += 1
+    if device is not None and str(device) != "cpu":
+        (s2, u2, w2, su_dot, sw_dot, client_sq, max_abs, entries,
+         non_float) = _server_step_sums(keys, reference, new, clients, p, device)
+        return _server_step_result(keys, skipped, non_float, entries, s2, u2, w2, su_dot, sw_dot,
+                                   client_sq, max_abs, p, m)
     # partial sums per chunk, added exactly (_fsum): independent of the order
     s2, u2, w2, su_dot, sw_dot = [], [], [], [], []
     client_sq: list[list[float]] = [[] for _ in range(m)]
@@ -172,6 +227,12 @@ def server_step(reference, new, clients, weights) -> dict:
             if step.size:
                 max_abs = max(max_abs, float(np.max(np.abs(step))))
         del x, su, sw
+    return _server_step_result(keys, skipped, non_float, entries, s2, u2, w2, su_dot, sw_dot,
+                               client_sq, max_abs, p, m)
+
+
+def _server_step_result(keys, skipped, non_float, entries, s2, u2, w2, su_dot, sw_dot, client_sq,
+                        max_abs, p, m) -> dict:
     out: dict = {"tensors": len(keys) - non_float, "skipped_tensors": skipped + non_float,
                  "entries": entries}
     if not entries:
@@ -212,8 +273,13 @@ class SortedCheckpointFedAvg(FedAvg):
     ``aggregate_train`` called on its own (outside a run) writes synchronously."""
 
     def __init__(self, out_dir: str | Path, round_offset: int, expected_clients: int, seed: int = 0,
-                 timeout: float = 3600.0, wave_size: int | None = None, **kwargs):
+                 timeout: float = 3600.0, wave_size: int | None = None,
+                 check_device: str | None = None, **kwargs):
         super().__init__(**kwargs)
+        # where the server-step check computes (:func:`server_step`): the cell's GPU when it has
+        # one (float64 over every shared tensor of every reply: ~1.7 s per 116 M-parameter reply
+        # in numpy on the CPU, which the next round's first spooled reply waited for)
+        self.check_device = check_device
         if wave_size is not None and int(wave_size) < 1:
             raise InputError(f"wave_size must be a positive number of clients, got {wave_size!r}")
         self.wave_size = int(wave_size) if wave_size else None
@@ -388,8 +454,13 @@ class SortedCheckpointFedAvg(FedAvg):
         entry = self._spooled[partition_id]
 
         def read(name: str):
-            with safe_open(str(entry["path"]), framework="pt") as fh:
-                return fh.get_tensor(name)
+            # one handle per file, opened at the first read and kept with the entry (the entry is
+            # dropped with the round): opening the file per tensor (memory map + header) cost
+            # ~0.5 ms a tensor, ~9 s in a FedSUMM run at N = 4 (bench/fedsumm_round_overhead.py)
+            fh = entry.get("handle")
+            if fh is None:
+                fh = entry["handle"] = safe_open(str(entry["path"]), framework="pt")
+            return fh.get_tensor(name)
 
         return entry["shapes"], read
 
@@ -447,7 +518,9 @@ class SortedCheckpointFedAvg(FedAvg):
     def server_step(self, new: ArrayRecord, replies: list[Message]) -> dict:
         """The round's ``server_step`` entry (:func:`server_step`), computed now."""
         inputs = self.server_step_inputs(new, replies)
-        return server_step(*inputs) if inputs else {"tensors": 0, "note": self.server_step_note()}
+        if not inputs:
+            return {"tensors": 0, "note": self.server_step_note()}
+        return server_step(*inputs, device=self.check_device)
 
     def join_round_writes(self) -> None:
         """Wait until the previous round's files are written (:attr:`background_round_writes`); a
@@ -527,11 +600,13 @@ class SortedCheckpointFedAvg(FedAvg):
             that :func:`~fedrepro.fl.checkpoint.latest_round` reads)."""
             t0 = time.perf_counter()
             inputs = held.pop()  # the replies are released as soon as the check has read them
-            step = server_step(*inputs) if inputs else {"tensors": 0, "note": note}
+            step = (server_step(*inputs, device=self.check_device) if inputs
+                    else {"tensors": 0, "note": note})
             del inputs
             tensors_path, meta_path = checkpoint_paths(self.out_dir, absolute)
             _naming(tensors_path, lambda: save_state(tensors_path, arrays.to_torch_state_dict()))
             for entry_ in spooled.values():
+                entry_.pop("handle", None)  # its memory map
                 Path(entry_["path"]).unlink(missing_ok=True)
             path = timing_path(self.out_dir, absolute)
             _naming(path, lambda: write_json_atomic(path, {

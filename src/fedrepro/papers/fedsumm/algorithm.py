@@ -323,6 +323,26 @@ def server_compute_device(device: torch.device | str | None):
         _COMPUTE[0] = old
 
 
+_RESIDENT: list[bool] = [False]
+"""Inside :func:`_resident`: results stay on the compute device (:func:`_from_compute` keeps
+them there)."""
+
+
+@contextlib.contextmanager
+def _resident():
+    """Within: the functions of :func:`server_compute_device` leave their results on the compute
+    device instead of handing back CPU tensors, so a chain of them (ρ's update directions → eq. 6's
+    softmax → eq. 5's sums, ratios and statistics: :meth:`FedSummServer._rho`) moves each
+    parameter-sized vector to the device once, not once per function.  What is stored
+    (:meth:`MemoryVectorStore.put`, :meth:`DiskVectorStore.put`) still goes to the CPU.  No
+    compute device: nothing changes (the CPU's bits)."""
+    old, _RESIDENT[0] = _RESIDENT[0], True
+    try:
+        yield
+    finally:
+        _RESIDENT[0] = old
+
+
 def _to_compute(t: torch.Tensor) -> torch.Tensor:
     """``t`` on the compute device (itself when there is none or it is there already)."""
     dev = _COMPUTE[0]
@@ -330,8 +350,9 @@ def _to_compute(t: torch.Tensor) -> torch.Tensor:
 
 
 def _from_compute(t: torch.Tensor) -> torch.Tensor:
-    """``t`` back on the CPU when the server computes elsewhere (itself otherwise)."""
-    return t if _COMPUTE[0] is None else t.cpu()
+    """``t`` back on the CPU when the server computes elsewhere (itself otherwise, and inside
+    :func:`_resident`)."""
+    return t if _COMPUTE[0] is None or _RESIDENT[0] else t.cpu()
 
 
 def _square_sum(t: torch.Tensor) -> float:
@@ -465,8 +486,8 @@ class MemoryVectorStore:
         """Store ``tensors`` (cast to ``dtype``; ``copy=False`` keeps a float32 tensor as is)."""
         _dtype_name(dtype)
         name = self._new_name(prefix)
-        self.vectors[name] = OrderedDict(
-            (k, v.detach().to(dtype=dtype, copy=copy)) for k, v in tensors.items()
+        self.vectors[name] = OrderedDict(  # on the CPU (a vector made on the compute device too)
+            (k, v.detach().to(device="cpu", dtype=dtype, copy=copy)) for k, v in tensors.items()
         )
         if norm:
             self.norms[name] = math.sqrt(sum(_square_sum(v) for v in self.vectors[name].values()))
@@ -1052,9 +1073,10 @@ class DiscrepancyTracker:
     def _add(self, old: list[torch.Tensor], new: list[torch.Tensor]) -> list[torch.Tensor]:
         """``old + new`` (old first, as eq. 5's running sum); in place when ``old`` was read fresh
         from disk (same values, one parameter-sized tensor less)."""
+        # ``old`` comes from the store (the CPU); ``new`` may be on the compute device
         if self.store.fresh_reads:
-            return [a.add_(b) for a, b in zip(old, new)]
-        return [a + b for a, b in zip(old, new)]
+            return [a.to(b.device).add_(b) for a, b in zip(old, new)]
+        return [a.to(b.device) + b for a, b in zip(old, new)]
 
     def names(self) -> set[str]:
         """The store names this tracker refers to."""
@@ -1114,7 +1136,7 @@ class DiscrepancyTracker:
             self.global_sums[c] = new_global[prev]
             name = new_global[prev]
             if name not in read:  # read (and summed) once for the clients that share it
-                sg = self._vector(name)
+                sg = [_to_compute(t) for t in self._vector(name)]  # and moved once
                 read = {name: (sg, global_totals(sg))}
             out[c] = self._result(sc, *read[name], slices)
             del sc
@@ -1685,10 +1707,17 @@ class FedSummServer:
     ) -> dict[str, RhoResult]:
         """ρ_c of every replying client (eq. 5–6, under ``config.reading``) against the round's
         reference, with its per-group values and the distribution of ρ − 1."""
+        with _resident():  # on a compute device: each vector moved there once (see _resident)
+            return self._rho_resident(w_t, replies, clients)
+
+    def _rho_resident(
+        self, w_t: Tensors, replies: Mapping[str, ClientReply], clients: Sequence[str]
+    ) -> dict[str, RhoResult]:
         cfg = self.config
         if cfg.rho_input == "update":
             # σ of the update directions: w^c − w_t against the round's mean update
             shape = {k: _shape(w_t, k) for k in w_t}
+            w_c = OrderedDict((k, _to_compute(v)) for k, v in w_t.items())  # w_t, moved once
 
             def direction(t: torch.Tensor) -> torch.Tensor:
                 return update_direction(t, cfg.direction_transform)
@@ -1696,7 +1725,7 @@ class FedSummServer:
             inputs = {
                 c: LazyTensors(
                     shape,
-                    lambda k, p=replies[c].params: direction(p[k].detach() - w_t[k]),
+                    lambda k, p=replies[c].params: direction(_to_compute(p[k].detach()) - w_c[k]),
                 )
                 for c in clients
             }
@@ -1704,7 +1733,7 @@ class FedSummServer:
                 (
                     k,
                     direction(
-                        sum(replies[c].params[k].detach() - w_t[k] for c in clients)
+                        sum(_to_compute(replies[c].params[k].detach()) - w_c[k] for c in clients)
                         / len(clients)
                     ),
                 )
