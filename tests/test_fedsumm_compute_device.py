@@ -111,15 +111,23 @@ def test_rho_moves_each_vector_to_the_device_once(monkeypatch):
     the CPU copied several times that.  The numbers are the same either way."""
     import contextlib
 
-    moved = [0]
-    original = A._to_compute
+    moved, inside = [0], [False]
+    original, rho = A._to_compute, A.FedSummServer._rho
 
     def counting(t):
-        if A._COMPUTE[0] is not None and t.device.type == "cpu":
+        if inside[0] and A._COMPUTE[0] is not None and t.device.type == "cpu":
             moved[0] += t.numel()
         return original(t)
 
+    def counted_rho(self, *args):  # only what ρ moves
+        inside[0] = True
+        try:
+            return rho(self, *args)
+        finally:
+            inside[0] = False
+
     monkeypatch.setattr(A, "_to_compute", counting)
+    monkeypatch.setattr(A.FedSummServer, "_rho", counted_rho)
     entries = sum(v.numel() for v in _world()[0].values())
 
     def run():
@@ -132,8 +140,50 @@ def test_rho_moves_each_vector_to_the_device_once(monkeypatch):
     handed_back, logs_back = run()
     assert [log["rho"] for log in logs] == [log["rho"] for log in logs_back]
     client_rounds = 2 * 3
-    # per client-round: its reply twice (the round's mean direction, then its own) and its MG's
-    # norm; its old S_c in round 2; per round w_t, S_g and the old S_g once: 22 models' worth
-    bound = 2 * client_rounds + client_rounds + 3 + 2 * 3
-    assert resident <= entries * bound, resident / entries
+    # per client-round: its reply twice (the round's mean direction, then its own); its old S_c
+    # in round 2; per round w_t, S_g and the old S_g once
+    assert resident <= entries * (2 * client_rounds + 3 + 2 * 3), resident / entries
     assert handed_back >= 1.8 * resident, (handed_back / entries, resident / entries)
+
+
+@pytest.mark.parametrize("apply_on_server", [True, False])
+def test_one_pass_round_sums_are_the_separate_functions_bits(apply_on_server):
+    """FedSUMM's round reads each reply and memory entry once per tensor (``_round_sums``) for the
+    mean, ``update_difference`` and the other assignment's difference: the same bits as the
+    separate functions over ``client_update``; FedAvg's ``plain_update_mean`` likewise."""
+    w_t, replies = _world(5)
+    g = torch.Generator().manual_seed(9)
+    entries = {c: OrderedDict((k, torch.randn(*v.shape, generator=g)) for k, v in w_t.items())
+               for c in replies}
+    scales = [0.37, {k: 0.1 * (i + 1) for i, k in enumerate(w_t)}, None]
+    clients = sorted(replies)
+    params = [replies[c].params for c in clients]
+    chosen = [(entries[c], sc) for c, sc in zip(clients, scales)]
+    other = [(entries[clients[(i + 1) % 3]], 0.25) for i in range(3)]
+    server = FedSummServer(FedSummConfig(apply_on_server=apply_on_server), clients, seed=0)
+    chosen = [server._applied(*e) for e in chosen]
+    other = [server._applied(*e) for e in other]
+    mean, diff, other_norm = server._round_sums(w_t, params, chosen, other)
+
+    updates = [A.client_update(p, w_t, *e) for p, e in zip(params, chosen)]
+    plain = [A.client_update(p, w_t) for p in params]
+    alternative = [A.client_update(p, w_t, *e) for p, e in zip(params, other)]
+    assert diff == A.update_difference(updates, plain)
+    assert other_norm == A.mean_difference_norm(updates, alternative)
+    expected, info = A.plain_mean(updates)
+    assert all(torch.equal(mean[k], expected[k]) for k in w_t) and list(mean) == list(expected)
+    if apply_on_server:
+        assert diff["rel_diff"] > 0 and other_norm > 0  # the entries were applied
+    else:
+        assert diff["rel_diff"] == 0 and other_norm == 0
+    fedavg, info_avg = A.plain_update_mean(w_t, params)
+    expected_avg, info_expected = A.plain_mean(plain)
+    assert info_avg == info_expected
+    assert all(torch.equal(fedavg[k], expected_avg[k]) for k in w_t)
+    # on the stand-in accelerator: CPU tensors back, the same values
+    with strict_device(), A.server_compute_device(ACCEL):
+        mean_dev, diff_dev, other_dev = server._round_sums(w_t, params, chosen, other)
+        avg_dev, _ = A.plain_update_mean(w_t, params)
+    assert all(mean_dev[k].device.type == "cpu" and torch.equal(mean_dev[k], mean[k]) for k in w_t)
+    assert all(torch.equal(avg_dev[k], fedavg[k]) for k in w_t)
+    assert diff_dev == pytest.approx(diff, rel=1e-12) and other_dev == pytest.approx(other_norm)

@@ -130,6 +130,45 @@ def test_server_step_does_not_depend_on_record_order_or_spooling(tmp_path):
         fl_strategy.SERVER_STEP_CHUNK = small
 
 
+def test_a_spooled_reply_reads_back_its_exact_tensors(tmp_path):
+    """The wave spool keeps each Array's .npy bytes as Flower sent them: every tensor reads back
+    with its dtype, shape and bits (a 0-d, an empty and an integer one too), the file is one copy
+    of the reply, a damaged blob names the file and tensor, and a killed run's spool files (this
+    format and the older safetensors) are removed when a run starts."""
+    s = SortedCheckpointFedAvg(out_dir=tmp_path, round_offset=0, expected_clients=2, wave_size=1,
+                               fraction_train=1.0, min_train_nodes=2, min_available_nodes=2)
+    instructions = _configure(s, W_T)
+    tensors = OrderedDict([
+        ("w", np.arange(12, dtype=np.float32).reshape(3, 4) / 7),
+        ("scalar", np.asarray(np.float32(-2.5))),
+        ("empty", np.zeros((0, 3), dtype=np.float32)),
+        ("steps", np.arange(5, dtype=np.int64)),
+        ("f64", np.linspace(0, 1, 6).reshape(2, 3)),
+    ])
+    reply = Message(RecordDict({"arrays": ArrayRecord(OrderedDict((k, Array(v)) for k, v in tensors.items())),
+                                "metrics": MetricRecord({"partition-id": 1, "num-examples": 2})}),
+                    reply_to=instructions[1])
+    sent = sum(len(a.data) for a in reply.content["arrays"].values())
+    s.spool_reply(reply)
+    entry = s._spooled[1]
+    assert len(reply.content["arrays"]) == 0 and entry["path"].stat().st_size == sent
+    shapes, read = s.spooled_arrays(1)
+    assert shapes == {k: list(v.shape) for k, v in tensors.items()}
+    for k, v in tensors.items():
+        got = read(k)
+        assert isinstance(got, torch.Tensor) and got.numpy().dtype == v.dtype
+        assert got.shape == v.shape and np.array_equal(got.numpy(), v), k
+    start, length = entry["index"]["w"]
+    entry["path"].write_bytes(b"garbage!" * 40)
+    entry.pop("view")
+    with pytest.raises(fl_strategy.InputError, match=r"partition_00001\.npys: w.*damaged"):
+        read("w")
+    old = s._spool_root() / "partition_00003.safetensors"
+    old.write_bytes(b"x")
+    s._clear_spool()
+    assert not list(s._spool_root().iterdir()) and not s._spooled
+
+
 def test_server_step_on_a_device_agrees_with_the_cpu(tmp_path):
     """``check_device`` (the cell's GPU): torch float64 on the device gives the numpy path's
     numbers; on the stand-in accelerator of tests/device_check.py (refuses a CPU tensor beside a

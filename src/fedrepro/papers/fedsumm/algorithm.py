@@ -1491,6 +1491,11 @@ def update_difference(modulated: Sequence[Tensors], plain: Sequence[Tensors]) ->
         d2 += float(d.pow(2).sum())
         a2 += float(a.pow(2).sum())
         da += float((d * a).sum())
+    return _difference_summary(d2, a2, da)
+
+
+def _difference_summary(d2: float, a2: float, da: float) -> dict[str, float]:
+    """:func:`update_difference`'s values from ‖d‖², ‖Δ_A‖² and ⟨d, Δ_A⟩."""
     if a2 == 0.0:
         return {"rel_diff": math.nan, "best_scale": math.nan, "rel_diff_beyond_scale": math.nan,
                 "cosine": math.nan, "norm_fedavg": 0.0}
@@ -1524,12 +1529,41 @@ def client_update(
     None: the unmodulated unit-norm case)."""
 
     def make(k: str) -> torch.Tensor:
-        if gradient is None:
-            return client_params[k].detach() - global_params[k]
-        g = gradient[k].detach() if scale is None else gradient[k].detach() * _scale_of(scale, k)
-        return client_params[k].detach() - g - global_params[k]
+        g_k = None if gradient is None else gradient[k]
+        return _update_term(client_params[k], global_params[k], g_k, scale, k)
 
     return LazyTensors({k: _shape(global_params, k) for k in global_params}, make)
+
+
+def _update_term(p_k: torch.Tensor, w_k: torch.Tensor, g_k: torch.Tensor | None,
+                 scale: float | Mapping[str, float] | None, k: str) -> torch.Tensor:
+    """Tensor ``k`` of :func:`client_update` from the client's tensor ``p_k``, w_t's ``w_k`` and
+    the gradient's ``g_k`` (all on one device): the one expression :func:`client_update`,
+    :func:`plain_update_mean` and :meth:`FedSummServer._round_sums` use (the same bits)."""
+    if g_k is None:
+        return p_k.detach() - w_k
+    g = g_k.detach() if scale is None else g_k.detach() * _scale_of(scale, k)
+    return p_k.detach() - g - w_k
+
+
+def plain_update_mean(
+    w_t: Tensors, params: Sequence[Tensors]
+) -> tuple[OrderedDict[str, torch.Tensor], dict]:
+    """:func:`plain_mean` of the updates ``w^c − w_t`` (``client_update(p, w_t)`` for each client's
+    ``p`` in ``params``), the same expression and order (the same bits), each client's tensor read
+    once and the arithmetic on the compute device (:func:`server_compute_device`); CPU tensors
+    back."""
+    if not params:
+        raise InputError("no client updates to aggregate")
+    out: OrderedDict[str, torch.Tensor] = OrderedDict()
+    for k in w_t:
+        w_k = _to_compute(w_t[k])
+        total = 0
+        for p in params:
+            total = total + _update_term(_to_compute(p[k].detach()), w_k, None, None, k)
+        out[k] = (total / len(params)).cpu()
+        del total
+    return out, {"num_clients": len(params)}
 
 
 @dataclasses.dataclass
@@ -1771,8 +1805,14 @@ class FedSummServer:
         w_t: Tensors,
         updates: Sequence[Tensors],
         aggregate: Callable[[Sequence[Tensors]], tuple[Tensors, dict]],
+        mean: Tensors | None = None,
     ) -> tuple[OrderedDict[str, torch.Tensor], dict]:
-        mean_update, info = aggregate(updates)
+        """``w_{t+1} = w_t + aggregate(updates)``; ``mean``: :func:`plain_mean` of ``updates``
+        already computed (the same bits), so the updates are not read again."""
+        if mean is not None:
+            mean_update, info = mean, {"num_clients": len(updates)}
+        else:
+            mean_update, info = aggregate(updates)
         w_next = OrderedDict((k, w_t[k] + mean_update[k].to(w_t[k].dtype)) for k in w_t)
         self.last_round = round_index
         self._release()
@@ -1827,7 +1867,7 @@ class FedSummServer:
             "modulated": {},
             "memory_source": {},
         }
-        updates = []
+        updates, chosen = [], []
         for c in clients:
             source, entry_name, entry, scale, modulated, norm = self._adapter(
                 c, order, results[c], w_t, self.config.memory_assignment
@@ -1839,24 +1879,71 @@ class FedSummServer:
                 entry_name, scale, rho[c], self.losses[c], self.config.epsilon
             )
             updates.append(self._server_update(replies[c].params, w_t, entry, scale))
-        plain = [client_update(replies[c].params, w_t) for c in clients]
-        diff = update_difference(updates, plain)
+            chosen.append(self._applied(entry, scale))
         # the other memory assignment on the same replies: what the sort by loss changes
         other = "own" if self.config.memory_assignment == "rank" else "rank"
         alternative = [
-            self._server_update(
-                replies[c].params, w_t, *self._adapter(c, order, results[c], w_t, other)[2:4]
-            )
-            for c in clients
+            self._applied(*self._adapter(c, order, results[c], w_t, other)[2:4]) for c in clients
         ]
+        mean, diff, other_norm = self._round_sums(w_t, [replies[c].params for c in clients],
+                                                  chosen, alternative)
         diff[f"rel_diff_vs_{other}"] = (
-            mean_difference_norm(updates, alternative) / diff["norm_fedavg"]
-            if diff["norm_fedavg"] > 0
-            else math.nan
+            other_norm / diff["norm_fedavg"] if diff["norm_fedavg"] > 0 else math.nan
         )
         log["update_difference"] = diff
-        w_next, log["aggregate"] = self._finish_round(round_index, w_t, updates, aggregate)
+        w_next, log["aggregate"] = self._finish_round(
+            round_index, w_t, updates, aggregate,
+            mean=mean if aggregate is plain_mean else None,
+        )
         return w_next, log
+
+    def _applied(self, entry, scale) -> tuple:
+        """``(gradient, scale)`` of :func:`client_update` for :meth:`_server_update`'s update."""
+        if self.config.apply_on_server and entry is not None:
+            return entry, scale
+        return None, None
+
+    def _round_sums(
+        self,
+        w_t: Tensors,
+        params: Sequence[Tensors],
+        chosen: Sequence[tuple],
+        alternative: Sequence[tuple],
+    ) -> tuple[OrderedDict[str, torch.Tensor], dict[str, float], float]:
+        """One pass over the round's tensors for what FedSUMM's server round computes from the
+        clients' updates: the plain mean of the updates ``w^c − g̃^c − w_t`` (:func:`plain_mean`),
+        :func:`update_difference` against the plain updates ``w^c − w_t`` and
+        :func:`mean_difference_norm` against the other memory assignment's updates -- the same
+        expressions in the same order (the same bits), but each client's tensor and memory
+        entries read once per tensor (the reply from the wave spool, MG from disk), not once per
+        quantity, and the arithmetic on the compute device (:func:`server_compute_device`).
+        ``chosen`` / ``alternative``: per client ``(gradient, scale)`` of its update."""
+        n = len(params)
+        mean: OrderedDict[str, torch.Tensor] = OrderedDict()
+        d2 = a2 = da = other2 = 0.0
+        for k in w_t:
+            w_k = _to_compute(w_t[k])
+            s_sum = a_sum = o_sum = 0  # sum(...) of the separate functions: the same left fold
+            for p, (g, sc), (g_o, sc_o) in zip(params, chosen, alternative, strict=True):
+                p_k = _to_compute(p[k].detach())
+                plain = p_k - w_k
+                s_sum = s_sum + (plain if g is None
+                                 else _update_term(p_k, w_k, _to_compute(g[k]), sc, k))
+                a_sum = a_sum + plain
+                o_sum = o_sum + (plain if g_o is None
+                                 else _update_term(p_k, w_k, _to_compute(g_o[k]), sc_o, k))
+                del p_k, plain
+            mean_s = s_sum / n
+            a = (a_sum / n).double()
+            d = mean_s.double() - a
+            d2 += float(d.pow(2).sum())
+            a2 += float(a.pow(2).sum())
+            da += float((d * a).sum())
+            x = mean_s.double() - (o_sum / n).double()
+            other2 += float(x.pow(2).sum())
+            mean[k] = mean_s.cpu()
+            del s_sum, a_sum, o_sum, a, d, x
+        return mean, _difference_summary(d2, a2, da), math.sqrt(other2)
 
     def _adapter(
         self, client: str, order: Sequence[str], result: RhoResult, w_t: Tensors, assignment: str

@@ -74,6 +74,7 @@ from fedrepro.papers.fedsumm.algorithm import (
     ServerStateConfig,
     client_update,
     plain_mean,
+    plain_update_mean,
     state_names,
 )
 from fedrepro.data.seq2seq import derive_seed
@@ -112,7 +113,10 @@ class FedAvgServer(FedSummServer):
         results = self._rho(w_t, replies, clients)
         rho = {c: r.rho for c, r in results.items()}
         updates = [client_update(replies[c].params, w_t) for c in clients]
-        w_next, info = self._finish_round(round_index, w_t, updates, aggregate)
+        mean = None
+        if aggregate is plain_mean:  # the same mean, each reply read once (on the compute device)
+            mean, _ = plain_update_mean(w_t, [replies[c].params for c in clients])
+        w_next, info = self._finish_round(round_index, w_t, updates, aggregate, mean=mean)
         log = {
             "round": round_index,
             "clients": clients,
