@@ -46,7 +46,10 @@ MCP_TESTS = ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py", "tests
              "tests/test_mcp_exact.py", "tests/test_precision.py", "tests/test_fedmcp_build_exact.py"]
 SUM_TESTS = ["tests/test_step_fedsum.py", "tests/test_fedsum.py", "tests/test_fedsum_baselines.py",
              "tests/test_fedsum_exact.py", "tests/test_precision.py"]
-SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py"]
+SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py",
+              "tests/test_fedsumm_local_update.py"]
+# the server arithmetic on a compute device and the exact server round (issue 25 session)
+SUMM_SERVER_TESTS = ["tests/test_fedsumm_compute_device.py", "tests/test_fedsumm_strategy_exact.py"]
 
 SCOPE: dict[str, tuple[str, list[str]]] = {
     # module: (file to mutate, its fast tests)
@@ -58,7 +61,7 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "fedsum.algorithm": (f"{PAPERS}/fedsum/algorithm.py", SUM_TESTS),
     "fedsum.strategy": (f"{PAPERS}/fedsum/strategy.py",
                         SUM_TESTS + ["tests/test_fedsum_strategy_exact.py"]),
-    "fedsumm.algorithm": (f"{PAPERS}/fedsumm/algorithm.py", SUMM_TESTS),
+    "fedsumm.algorithm": (f"{PAPERS}/fedsumm/algorithm.py", SUMM_TESTS + SUMM_SERVER_TESTS),
     "fedsumm.strategy": (f"{PAPERS}/fedsumm/strategy.py",
                          SUMM_TESTS + ["tests/test_fedsumm_strategy_exact.py"]),
     "fl.algorithms": ("src/fedrepro/fl/algorithms.py",
