@@ -381,6 +381,62 @@ def test_rho_statistics_hand_computation():
     assert deviation_summary([3.0]) == {k: 3.0 for k in ("min", "p1", "p50", "p99", "max", "mean")}
 
 
+@pytest.mark.parametrize("reduction", ["expected", "mean"])
+def test_rho_statistics_and_ratios_chunk_by_chunk_equal_the_hand_values(monkeypatch, reduction):
+    """Three tensors of one softmax group, cut into chunks of 2 entries (so chunks cross no
+    tensor but a tensor spans several): eq. 5's ρ and the statistics of ρ − 1 as written out
+    here in float64, whatever the chunk size and whether S_g's sum is passed in."""
+    from fedrepro.papers.fedsumm import algorithm as A
+
+    g = torch.Generator().manual_seed(3)
+    raw_c, raw_g = torch.rand(9, generator=g) + 0.1, torch.rand(9, generator=g) + 0.1
+    sc, sg = [2 * raw_c / raw_c.sum()], [2 * raw_g / raw_g.sum()]  # S over two rounds
+    slices = [[("a", 0, 3), ("b", 3, 2), ("c", 5, 4)]]
+    p = sc[0].double() / sc[0].double().sum()
+    q = sg[0].double() / sg[0].double().sum()
+    ratio = p / q
+    rho = float((p * ratio).sum()) if reduction == "expected" else float(ratio.mean())
+    dev = (ratio - 1).numpy()
+    parameter = dict(zip(("min", "p1", "p50", "p99", "max"),
+                         np.quantile(dev, [0, 0.01, 0.5, 0.99, 1])), mean=float(dev.mean()))
+    tensors = []
+    for _, start, n in slices[0]:
+        part = slice(start, start + n)
+        tensors.append(float((p[part] * ratio[part]).sum() / p[part].sum()) - 1
+                       if reduction == "expected" else float(ratio[part].mean()) - 1)
+    tensor = dict(zip(("min", "p1", "p50", "p99", "max"),
+                      np.quantile(tensors, [0, 0.01, 0.5, 0.99, 1])), mean=float(np.mean(tensors)))
+    for chunk in (A._RATIO_CHUNK, 2):
+        monkeypatch.setattr(A, "_RATIO_CHUNK", chunk)
+        for totals in (None, A.global_totals(sg)):
+            (got,) = discrepancy_ratios(sc, sg, reduction, totals)
+            assert got == pytest.approx(rho, rel=1e-9), chunk
+            st = rho_statistics(sc, sg, slices, reduction, group_values=[got],
+                                global_totals=totals)
+            assert st["parameter"] == pytest.approx(parameter, rel=1e-5, abs=1e-6), chunk
+            assert st["tensor"] == pytest.approx(tensor, rel=1e-5, abs=1e-6), chunk
+            assert st["group"] == pytest.approx({k: rho - 1 for k in st["group"]}, rel=1e-9)
+
+
+def test_tracker_defaults_validation_and_its_own_store():
+    """A tracker made without arguments is eq. 5 as printed (global softmax, ``expected``,
+    cumulative) on a store of its own that keeps only the live sums; its state round-trips;
+    unknown settings are refused."""
+    zeros = od(a=[0.0, 0.0], b=[0.0])
+    tracker = DiscrepancyTracker()
+    assert tracker.update("c", od(a=[0.0, LN2], b=[0.0]), zeros) == pytest.approx(1.125)
+    assert tracker.update("c", zeros, zeros) == pytest.approx(3 * 198 / 576)  # cumulative
+    assert tracker.store.nbytes() == 2 * 3 * 4  # S_c and S_g of the last round, float32
+    again = DiscrepancyTracker()
+    again.load_state_dict(tracker.state_dict())
+    assert again.update("c", zeros, zeros) == tracker.update("c", zeros, zeros)
+    for kwargs in ({"reduction": "median"}, {"window": "weekly"}, {"scope": "per_row"}):
+        with pytest.raises(InputError):
+            DiscrepancyTracker(**kwargs)
+    with pytest.raises(InputError, match="rho_scope/rho_reduction/rho_window"):
+        DiscrepancyTracker(window="round").load_state_dict(tracker.state_dict())
+
+
 def test_tracker_statistics_follow_the_cumulative_sums():
     """Round 2's statistics are those of the summed softmaxes (eq. 5's Σ over t)."""
     tracker = DiscrepancyTracker(scope="per_tensor", window="cumulative")
