@@ -34,7 +34,7 @@ def test_waves_give_the_same_bits_and_bound_the_messages_in_flight(world, tmp_pa
     aggregate = fs.FedSummStrategy.aggregate_arrays
 
     def watching(self, absolute_round, replies):
-        spooled_during_aggregation.append(len(list(self._spool_root().glob("*.safetensors"))))
+        spooled_during_aggregation.append(len(list(self._spool_root().glob("*.npys"))))
         assert all(len(m.content["arrays"]) == 0 for m in replies)  # the tensors are on disk
         return aggregate(self, absolute_round, replies)
 
@@ -43,7 +43,7 @@ def test_waves_give_the_same_bits_and_bound_the_messages_in_flight(world, tmp_pa
                        server_state={"wave_size": 1}, keep_round_checkpoints=True))
     assert max(sizes) == 1  # train, evaluate and query messages: one client at a time
     assert spooled_during_aggregation == [3, 3, 3]  # every reply spooled, each round
-    assert not list((waved / "checkpoints" / "replies").glob("*.safetensors"))  # cleaned after the round
+    assert not list((waved / "checkpoints" / "replies").iterdir())  # cleaned after the round
     for name in ("adapters.safetensors",):
         assert (waved / name).read_bytes() == (whole / name).read_bytes()
     a = json.loads((whole / "train_log.json").read_text())
