@@ -49,7 +49,8 @@ SUM_TESTS = ["tests/test_step_fedsum.py", "tests/test_fedsum.py", "tests/test_fe
 SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py",
               "tests/test_fedsumm_local_update.py"]
 # the server arithmetic on a compute device and the exact server round (issue 25 session)
-SUMM_SERVER_TESTS = ["tests/test_fedsumm_compute_device.py", "tests/test_fedsumm_strategy_exact.py"]
+SUMM_SERVER_TESTS = ["tests/test_fedsumm_compute_device.py", "tests/test_fedsumm_strategy_exact.py",
+                     "tests/test_fedsumm_server_units.py"]
 
 SCOPE: dict[str, tuple[str, list[str]]] = {
     # module: (file to mutate, its fast tests)
