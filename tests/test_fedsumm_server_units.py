@@ -203,3 +203,58 @@ def test_client_update_result_without_labels_and_its_timing():
                                  None, FedSummConfig())
     assert res.n_examples == 0 and res.n_steps == 2
     assert res.timing["seconds_steps"] > 0 and "seconds_per_step" in res.timing
+
+
+def test_server_state_config_bounds_and_section_name():
+    assert A.ServerStateConfig(wave_size=1).wave_size == 1
+    for bad in (0, -2, True, 1.5, "4"):
+        with pytest.raises(InputError, match="wave_size"):
+            A.ServerStateConfig(wave_size=bad)
+    with pytest.raises(InputError, match=r"fedsumm\.server_state"):
+        A.ServerStateConfig.from_config({"storage": "disk", "wave": 4})
+    with pytest.raises(InputError, match=r"fedsumm\.algorithm"):
+        FedSummConfig.from_config({"epsilon": 0.1, "eps": 1})
+
+
+def test_disk_store_collect_frees_exactly_the_stale_files(tmp_path):
+    store = A.DiskVectorStore(tmp_path / "state")
+    assert store.collect() == 0  # no folder yet
+    keep = store.put("mg", OrderedDict(w=torch.ones(3)))
+    old = store.put("mg", OrderedDict(w=torch.ones(5)))
+    store.retain({keep})  # forgotten, its file stays until collected
+    (tmp_path / "state" / ".mg-x.tmp").write_bytes(b"123")  # a killed writer's temporary
+    assert store.collect() == 5 * 4 + 3  # both, summed
+    assert not store.path(old).exists() and store.path(keep).exists()
+    assert store.collect() == 0
+    assert store.collect(keep=()) == 0  # the live entry is kept whatever keep says
+
+
+def test_state_names_of_a_saved_state_in_ram_and_on_disk(tmp_path):
+    w_t, replies = _world()
+    for storage in ("memory", "disk"):
+        server = FedSummServer(FedSummConfig(), ["a", "b", "c"], seed=0,
+                               state=A.ServerStateConfig(storage=storage),
+                               state_dir=tmp_path / storage)
+        server.server_round(1, w_t, replies)
+        names = A.state_names(server.state_dict())
+        assert names == server.live_names() and len(names) == 3 + 3 + 1  # MG, S_c each; one S_g
+    assert A.state_names({}) == set()
+
+
+@pytest.mark.parametrize("change", ["config", "server_state", "client_ids", "seed"])
+def test_a_saved_state_from_another_setting_is_refused(change):
+    w_t, replies = _world()
+    server = FedSummServer(FedSummConfig(), ["a", "b", "c"], seed=0)
+    server.server_round(1, w_t, replies)
+    state = server.state_dict()
+    kwargs = {"config": FedSummConfig(), "client_ids": ["a", "b", "c"], "seed": 0}
+    if change == "config":
+        kwargs["config"] = FedSummConfig(epsilon=0.5)
+    elif change == "client_ids":
+        kwargs["client_ids"] = ["a", "b", "d"]
+    elif change == "seed":
+        kwargs["seed"] = 1
+    other = FedSummServer(**kwargs, state=A.ServerStateConfig(dtype="bfloat16")
+                          if change == "server_state" else None)
+    with pytest.raises(InputError, match="another config, server_state, client list or seed"):
+        other.load_state_dict(state)
