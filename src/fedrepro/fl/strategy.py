@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Iterable
@@ -105,43 +106,77 @@ def _device_tensor(x, device):
     return x.detach().reshape(-1).to(device)
 
 
-def _server_step_sums(keys, reference, new, clients, p, device) -> tuple:
-    """:func:`server_step`'s partial sums on a torch ``device`` (a GPU): one float64 partial per
-    tensor (the device's reductions are deterministic: the same replies give the same bits),
-    each client's tensor moved there once.  The CPU path (numpy, chunk by chunk) is the
-    reference; this one agrees with it to float64 rounding (tests/test_round_writes.py)."""
+class _StepSums:
+    """:func:`server_step`'s partial sums (per chunk or per tensor), added exactly at the end
+    (:func:`_fsum`: independent of their order), and the largest |step| entry."""
+
+    def __init__(self, m: int) -> None:
+        self.s2: list[float] = []
+        self.u2: list[float] = []
+        self.w2: list[float] = []
+        self.su_dot: list[float] = []
+        self.sw_dot: list[float] = []
+        self.client_sq: list[list[float]] = [[] for _ in range(m)]
+        self.max_abs = 0.0
+
+
+def _add_tensor_numpy(sums: _StepSums, w_t: np.ndarray, reads, read_new, p, device) -> None:
+    """One tensor's partial sums in float64 NumPy, chunk by chunk (:data:`SERVER_STEP_CHUNK`),
+    each client's tensor read once (its memory: two float64 sums of the tensor, one client's
+    tensor and the chunks)."""
+    n, m = w_t.size, len(reads)
+    su = np.zeros(n, dtype=np.float64)
+    sw = np.zeros(n, dtype=np.float64)
+    for c, (read, weight) in enumerate(zip(reads, p)):
+        x = _flat(read())
+        for a in range(0, n, SERVER_STEP_CHUNK):
+            d = x[a:a + SERVER_STEP_CHUNK].astype(np.float64)
+            d -= w_t[a:a + SERVER_STEP_CHUNK]
+            sums.client_sq[c].append(_sq(d))
+            su[a:a + SERVER_STEP_CHUNK] += d
+            d *= weight
+            sw[a:a + SERVER_STEP_CHUNK] += d
+        del x
+    x = _flat(read_new())
+    for a in range(0, n, SERVER_STEP_CHUNK):
+        step = x[a:a + SERVER_STEP_CHUNK].astype(np.float64)
+        step -= w_t[a:a + SERVER_STEP_CHUNK]
+        mean_u = su[a:a + SERVER_STEP_CHUNK] / m
+        mean_w = sw[a:a + SERVER_STEP_CHUNK]
+        sums.s2.append(_sq(step))
+        sums.u2.append(_sq(mean_u))
+        sums.w2.append(_sq(mean_w))
+        sums.su_dot.append(float(np.sum(step * mean_u)))
+        sums.sw_dot.append(float(np.sum(step * mean_w)))
+        if step.size:
+            sums.max_abs = max(sums.max_abs, float(np.max(np.abs(step))))
+
+
+def _add_tensor_torch(sums: _StepSums, w_t, reads, read_new, p, device) -> None:
+    """One tensor's partial sums in torch float64 on ``device`` (a GPU): one partial per tensor
+    (the device's reductions are deterministic: the same replies give the same bits), each
+    client's tensor moved there once; agrees with :func:`_add_tensor_numpy` to float64 rounding
+    (tests/test_rehearsal_checks.py)."""
     import torch
 
-    m = len(clients)
-    s2, u2, w2, su_dot, sw_dot = [], [], [], [], []
-    client_sq: list[list[float]] = [[] for _ in range(m)]
-    max_abs, entries, non_float = 0.0, 0, 0
-    for name in keys:
-        w_t = _device_tensor(reference[name][1](), device)
-        if not w_t.is_floating_point():
-            non_float += 1
-            continue
-        w_t = w_t.double()
-        entries += w_t.numel()
-        su = torch.zeros_like(w_t)
-        sw = torch.zeros_like(w_t)
-        for c, (client, weight) in enumerate(zip(clients, p)):
-            d = _device_tensor(client[name][1](), device).double().sub_(w_t)
-            client_sq[c].append(float(d.square().sum()))
-            su += d
-            sw.add_(d, alpha=weight)
-            del d
-        step = _device_tensor(new[name][1](), device).double().sub_(w_t)
-        mean_u = su.div_(m)
-        s2.append(float(step.square().sum()))
-        u2.append(float(mean_u.square().sum()))
-        w2.append(float(sw.square().sum()))
-        su_dot.append(float((step * mean_u).sum()))
-        sw_dot.append(float((step * sw).sum()))
-        if step.numel():
-            max_abs = max(max_abs, float(step.abs().max()))
-        del w_t, su, sw, step, mean_u
-    return s2, u2, w2, su_dot, sw_dot, client_sq, max_abs, entries, non_float
+    w_t = w_t.double()
+    su = torch.zeros_like(w_t)
+    sw = torch.zeros_like(w_t)
+    for c, (read, weight) in enumerate(zip(reads, p)):
+        d = _device_tensor(read(), device).double().sub_(w_t)
+        sums.client_sq[c].append(float(d.square().sum()))
+        su += d
+        sw.add_(d, alpha=weight)
+        del d
+    step = _device_tensor(read_new(), device).double().sub_(w_t)
+    mean_u = su.div_(len(reads))
+    sums.s2.append(float(step.square().sum()))
+    sums.u2.append(float(mean_u.square().sum()))
+    sums.w2.append(float(sw.square().sum()))
+    sums.su_dot.append(float((step * mean_u).sum()))
+    sums.sw_dot.append(float((step * sw).sum()))
+    if step.numel():
+        sums.max_abs = max(sums.max_abs, float(step.abs().max()))
 
 
 def server_step(reference, new, clients, weights, device=None) -> dict:
@@ -163,7 +198,7 @@ def server_step(reference, new, clients, weights, device=None) -> dict:
       Σ_c p_c ‖Δ_c‖ (their ratio to the mean's norm is the clients' dispersion: a server that
       scales each client's update by at most s moves at most s times them, triangle inequality).
 
-    ``device``: a torch device (the cell's GPU) to compute on (:func:`_server_step_sums`);
+    ``device``: a torch device (the cell's GPU) to compute on (:func:`_add_tensor_torch`);
     None or a CPU device: numpy on the CPU.  Deterministic (no timing): the same replies give the
     same bits.
     """
@@ -184,65 +219,29 @@ def server_step(reference, new, clients, weights, device=None) -> dict:
             keys.append(name)
         else:
             skipped += 1
-    if device is not None and str(device) != "cpu":
-        (s2, u2, w2, su_dot, sw_dot, client_sq, max_abs, entries,
-         non_float) = _server_step_sums(keys, reference, new, clients, p, device)
-        return _server_step_result(keys, skipped, non_float, entries, s2, u2, w2, su_dot, sw_dot,
-                                   client_sq, max_abs, p, m)
-    # partial sums per chunk, added exactly (_fsum): independent of the order
-    s2, u2, w2, su_dot, sw_dot = [], [], [], [], []
-    client_sq: list[list[float]] = [[] for _ in range(m)]
-    max_abs = 0.0
+    on_device = device is not None and str(device) != "cpu"
+    add = _add_tensor_torch if on_device else _add_tensor_numpy
+    sums = _StepSums(m)
     entries = non_float = 0
     for name in keys:
-        w_t = _flat(reference[name][1]())
-        if w_t.dtype.kind != "f":
+        read = reference[name][1]
+        w_t = _device_tensor(read(), device) if on_device else _flat(read())
+        if not (w_t.is_floating_point() if on_device else w_t.dtype.kind == "f"):
             non_float += 1
             continue
-        n = w_t.size
-        entries += n
-        su = np.zeros(n, dtype=np.float64)
-        sw = np.zeros(n, dtype=np.float64)
-        for c, (client, weight) in enumerate(zip(clients, p)):
-            x = _flat(client[name][1]())
-            for a in range(0, n, SERVER_STEP_CHUNK):
-                d = x[a:a + SERVER_STEP_CHUNK].astype(np.float64)
-                d -= w_t[a:a + SERVER_STEP_CHUNK]
-                client_sq[c].append(_sq(d))
-                su[a:a + SERVER_STEP_CHUNK] += d
-                d *= weight
-                sw[a:a + SERVER_STEP_CHUNK] += d
-            del x
-        x = _flat(new[name][1]())
-        for a in range(0, n, SERVER_STEP_CHUNK):
-            step = x[a:a + SERVER_STEP_CHUNK].astype(np.float64)
-            step -= w_t[a:a + SERVER_STEP_CHUNK]
-            mean_u = su[a:a + SERVER_STEP_CHUNK] / m
-            mean_w = sw[a:a + SERVER_STEP_CHUNK]
-            s2.append(_sq(step))
-            u2.append(_sq(mean_u))
-            w2.append(_sq(mean_w))
-            su_dot.append(float(np.sum(step * mean_u)))
-            sw_dot.append(float(np.sum(step * mean_w)))
-            if step.size:
-                max_abs = max(max_abs, float(np.max(np.abs(step))))
-        del x, su, sw
-    return _server_step_result(keys, skipped, non_float, entries, s2, u2, w2, su_dot, sw_dot,
-                               client_sq, max_abs, p, m)
-
-
-def _server_step_result(keys, skipped, non_float, entries, s2, u2, w2, su_dot, sw_dot, client_sq,
-                        max_abs, p, m) -> dict:
+        entries += w_t.shape[0]
+        add(sums, w_t, [c[name][1] for c in clients], new[name][1], p, device)
+        del w_t
     out: dict = {"tensors": len(keys) - non_float, "skipped_tensors": skipped + non_float,
                  "entries": entries}
     if not entries:
         return out
-    s, u, w = (math.sqrt(_fsum(x)) for x in (s2, u2, w2))
-    su_dot, sw_dot = _fsum(su_dot), _fsum(sw_dot)
-    norms = [math.sqrt(_fsum(x)) for x in client_sq]
+    s, u, w = (math.sqrt(_fsum(x)) for x in (sums.s2, sums.u2, sums.w2))
+    su_dot, sw_dot = _fsum(sums.su_dot), _fsum(sums.sw_dot)
+    norms = [math.sqrt(_fsum(x)) for x in sums.client_sq]
     out.update({
         "server_norm": s,
-        "max_abs_server_step": max_abs,
+        "max_abs_server_step": sums.max_abs,
         "mean_update_norm": u,
         "weighted_mean_update_norm": w,
         "ratio": _quotient(s, u),
@@ -474,7 +473,7 @@ class SortedCheckpointFedAvg(FedAvg):
             view = entry.get("view")
             if view is None:  # mapped at the first read, dropped with the round
                 with open(entry["path"], "rb") as fh:
-                    size = Path(entry["path"]).stat().st_size
+                    size = os.fstat(fh.fileno()).st_size
                     view = entry["view"] = memoryview(
                         mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)) if size else b""
             start, length = entry["index"][name]

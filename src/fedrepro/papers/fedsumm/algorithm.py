@@ -1131,6 +1131,9 @@ class DiscrepancyTracker:
             if prev not in new_global:
                 sg = sg_t if prev is None else self._add(self._vector(prev), sg_t)
                 new_global[prev] = self.store.put("rho-global", _numbered(sg), copy=False)
+                # kept for the clients that share it, where it already is (the stored float32
+                # values: the same bits as reading it back from the store)
+                read = {new_global[prev]: (sg, global_totals(sg))}
                 del sg
             self.client_sums[c] = self.store.put("rho-client", _numbered(sc), copy=False)
             self.global_sums[c] = new_global[prev]
