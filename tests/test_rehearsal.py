@@ -49,7 +49,8 @@ def test_apply_reduces_only_what_the_rehearsal_reduces():
     assert gen["max_new_tokens"] == 8 and gen["min_new_tokens"] == 8
     assert {k: v for k, v in gen.items() if k not in ("max_new_tokens", "min_new_tokens")} == {
         k: v for k, v in pgen.items() if k not in ("max_new_tokens", "min_new_tokens")}
-    assert config["fedsumm"]["clients"] == 10  # Fig. 5(b)'s N on this machine (config/rehearsal.yaml); paper.yaml alone: 50
+    assert config["fedsumm"]["clients"] == 2  # Fig. 5(b)'s smallest N on this machine (config/rehearsal.yaml); paper.yaml alone: 50
+    assert config["fedsumm"]["server_state"] == paper["fedsumm"]["server_state"]  # disk, waves: spooled
     assert config["partitions"]["fedsum"]["num_clients"] == 20
     assert config["partitions"]["fedsum"]["total"] == paper["partitions"]["fedsum"]["total"] == 2000  # fedsum_total: paper
     assert all(d["source"] == "samples" and d["samples_dir"] == f"samples/{n}"
@@ -137,7 +138,7 @@ def test_cover_runs_every_method_backbone_and_model():
     fsm = by["fedsumm"]
     assert {(c["backbone"], c["method"]) for c in fsm} == {
         (m, r) for m in fedsumm_grid.MODELS for r in fedsumm_grid.REGIMES}
-    assert all(c["setting"].endswith("/n10") for c in fsm)
+    assert all(c["setting"].endswith(f"/n{config['fedsumm']['clients']}") for c in fsm)
     # every cell's files are produced by the workflow's rules (checked by the dry run below)
     assert all(f.startswith("results/") for c in cells for f in c["files"])
 

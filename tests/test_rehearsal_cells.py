@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedrepro.models.shapes import ARCHITECTURES
 
@@ -27,6 +28,9 @@ WORK = "results/rehearsal"  # the rehearsal's working directory inside a reposit
 # (Snakemake ignores the Snakefile's ``workdir:`` when --directory is given: the tests pass the
 # rehearsal's working directory itself)
 
+# FedSUMM's N in the rehearsal on this machine (config/rehearsal.yaml; the GPU script's overlay sets 10)
+FEDSUMM_N = yaml.safe_load((ROOT / "config/rehearsal.yaml").read_text())["fedsumm"]["clients"]
+
 CELLS = {
     # paper: (cell folder, backbone folder, hub id of its architecture)
     "adafedseleckd": ("results/adafedseleckd/domains/bart-base/AdaFedSelectKD/all/seed~1",
@@ -35,7 +39,7 @@ CELLS = {
                "results/backbones/roberta-base", "FacebookAI/roberta-base"),
     "fedsum": ("results/fedsum/fedsum-cnndm-a0.1/bert-base/FedSum/seed~1",
                "results/backbones/bert-base", "google-bert/bert-base-uncased"),
-    "fedsumm": ("results/fedsumm/csl/n10/bart/FedSUMM/seed~1",
+    "fedsumm": (f"results/fedsumm/csl/n{FEDSUMM_N}/bart/FedSUMM/seed~1",
                 "results/fedsumm/backbone/bart-base-chinese", "fnlp/bart-base-chinese"),
 }
 
@@ -81,7 +85,7 @@ def test_one_true_size_cell_per_paper(rehearsed, paper):
     assert all(c["seconds_per_step"] > 0 or c.get("flops_per_step", 0) > 0
                for r in rounds for c in r["clients"])
     assert sum(c.get("flops_per_step", 0) > 0 for r in rounds for c in r["clients"]) >= 1
-    n_clients = {"adafedseleckd": 3, "fedmcp": 6, "fedsum": 4, "fedsumm": 10}[paper]  # per round (FedSUMM: config/rehearsal.yaml)
+    n_clients = {"adafedseleckd": 3, "fedmcp": 6, "fedsum": 4, "fedsumm": FEDSUMM_N}[paper]  # per round (FedSUMM: config/rehearsal.yaml)
     assert all(len(r["clients"]) == n_clients for r in rounds)
     log = json.loads((rehearsed / cell_dir / "train_log.json").read_text())
     assert len(log["rounds"]) == 2
