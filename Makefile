@@ -34,8 +34,12 @@ CONFIG ?=
 report: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m fedrepro.reporting.make_report $(if $(CONFIG),--configfile $(CONFIG))
 
+# The test files spread over TEST_WORKERS processes (pytest-xdist; --dist loadfile: a file's tests
+# stay in one process, so its module fixtures run once). 2 = this project's CI machine's cores;
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 # The `exhaustive` tests make test skips: kills at more seeded moments and fault kinds per paper
 # (cells and row jobs), and Snakemake killed mid-run (tests/faults.py; about 20-40 minutes here).
