@@ -39,7 +39,7 @@ report: $(STAMP)
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # The `exhaustive` tests make test skips: kills at more seeded moments and fault kinds per paper
 # (cells and row jobs), and Snakemake killed mid-run (tests/faults.py; about 20-40 minutes here).

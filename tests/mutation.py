@@ -79,6 +79,32 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "fedsumm.task": (f"{PAPERS}/fedsumm/task.py", ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py"]),
 }
 
+# The task modules are mostly loading, evaluation and row bookkeeping; their mutation scope is the
+# client round a ClientApp calls (load what the client kept, train, save, what is sent) and the
+# helpers it calls: mutmut's mutant names, matched with fnmatch (``x_<function>__mutmut_<n>``).
+# The other functions of the file stay "not checked" and outside the score.
+FUNCTIONS: dict[str, list[str]] = {
+    "adafedseleckd.task": ["client_train_round", "inherited_local", "hard_kd_examples", "_hard_kd_masks",
+                           "initial_state", "special_ids"],
+    "fedmcp.task": ["client_train_round", "private_state", "load_private_state", "load_client_state",
+                    "epoch_batches", "collate", "build_client_model", "initial_state"],
+    "fedsum.task": ["client_train_round", "_initial_portrait", "_fedsum_round", "client_batches",
+                    "latest_client_state", "save_client_state", "prototypes_record",
+                    "prototypes_from_record", "broadcast_from_records", "broadcast_records",
+                    "selections_record", "selections_from_record", "fedsum_hparams", "baseline_hparams",
+                    "initial_state"],
+    "fedsumm.task": ["client_train_round", "_train_round", "guidance_from_records", "_optimizer",
+                     "data_loss", "_bart_logits_and_labels", "epoch_batches", "make_batch",
+                     "shared_state", "load_shared_state", "client_model", "initial_state", "_finite"],
+}
+
+
+def mutant_globs(module: str) -> list[str]:
+    """The mutant names ``mutmut run`` is given for ``module`` (none: every mutant of the file)."""
+    dotted = SCOPE[module][0][len("src/"):-len(".py")].replace("/", ".")
+    return [f"{dotted}.x_{fn}__mutmut_*" for fn in FUNCTIONS.get(module, [])]
+
+
 # what the tests read besides src/ and tests/ (configs, the generated samples' code, workflow)
 SNAPSHOT = ["src", "tests", "config", "resources", "rules", "workflow_scripts", "envs", "Snakefile",
             "pyproject.toml", "docs"]
@@ -156,10 +182,11 @@ def run(module: str, max_children: int) -> dict:
     t0 = time.monotonic()
     with open(work / "mutmut.log", "w") as log:
         rc = subprocess.call([str(Path(sys.executable).parent / "mutmut"), "run",
-                              "--max-children", str(max_children)], cwd=work, env=env,
-                             stdout=log, stderr=subprocess.STDOUT)
+                              "--max-children", str(max_children), *mutant_globs(module)], cwd=work,
+                             env=env, stdout=log, stderr=subprocess.STDOUT)
+    scope = {"functions": FUNCTIONS[module]} if module in FUNCTIONS else {}
     return {"module": module, "file": path, "rc": rc, "wall_s": round(time.monotonic() - t0, 1),
-            **score(work, path)}
+            **scope, **score(work, path)}
 
 
 def _write_json(path: Path, obj) -> None:
@@ -177,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.list:
         for name, (path, tests) in SCOPE.items():
-            print(f"{name:24s} {path}\n{'':24s} tests: {' '.join(tests)}")
+            only = f"\n{'':24s} functions: {' '.join(FUNCTIONS[name])}" if name in FUNCTIONS else ""
+            print(f"{name:24s} {path}\n{'':24s} tests: {' '.join(tests)}{only}")
         return 0
     unknown = [m for m in args.modules if m not in SCOPE]
     if unknown:
