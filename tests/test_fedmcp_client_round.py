@@ -107,7 +107,9 @@ def test_round_two_starts_from_what_round_one_kept(method, backbone_dir, tmp_pat
     # round 1: the fresh model of (seed, client); round 2: the private tensors round 1 kept
     assert _equal(r1["private_in"], fresh)
     assert _equal(r2["private_in"], r1["private_out"])
-    assert fresh and not _equal(r2["private_in"], fresh)  # round 1 moved them: the two differ
+    assert fresh and not _equal(r2["private_in"], fresh)
+    keys = {k for k in load_state(task.client_state_path(cell, client, 1)) if k.startswith("private.")}
+    assert keys == {f"private.{k}" for k in fresh}  # round 1 moved them: the two differ
     # the server state each round was given (Local: none)
     if federated:
         assert _equal(r1["server"], server1) and _equal(r2["server"], server2)
@@ -207,6 +209,13 @@ def test_private_tensors_start_from_the_cell_seed_and_the_client(backbone_dir, t
     other = task.private_state(task.build_client_model(cell, "SST-2"))
     # another client: another head (SST-2 has as many labels as MRPC, so only the seed differs)
     assert set(other) == set(base) and not _equal(other, base)
+    # private: every trained tensor the server's average does not replace (FedMCP: the private
+    # adapter and the head; not the frozen backbone, not the shared adapter)
+    mcp = task.build_client_model({**cell, "method": "FedMCP"}, "MRPC")
+    received = {id(p) for p in mcp._received_parameters().values()}
+    trained = {n for n, p in mcp.named_parameters() if p.requires_grad}
+    kept = {n for n, p in mcp.named_parameters() if p.requires_grad and id(p) not in received}
+    assert received and kept and set(task.private_state(mcp)) == kept != trained
     # the cell's model settings reach the model: the adapter's bottleneck is model.bottleneck
     model = task.build_client_model({**cell, "method": "FedMCP", "model": {"bottleneck": 3}}, "MRPC")
     shapes = {tuple(p.shape) for n, p in model.named_parameters() if p.requires_grad and "adapter" in n}
@@ -226,3 +235,41 @@ def test_a_round_that_evaluates_reports_the_trained_models_test_accuracy(backbon
     _, quiet = task.client_train_round({**cell, "eval_every_round": False}, "SST-2", 1,
                                        task.initial_state(cell))
     assert "test_accuracy" not in quiet
+
+
+@pytest.mark.parametrize("keep", [False, True, None])
+def test_old_client_files_go_once_no_resume_can_need_them(keep, backbone_dir, tmp_path):
+    """``keep_round_checkpoints: false``: a round that started from round t-1's file deletes the
+    client's older files -- but only those no resume can start from: a resume starts at the last
+    complete server checkpoint (``checkpoints/server_round_XXX.{safetensors,json}``), which can lag
+    a round behind while the server writes in the background (``fl.checkpoint.client_files_needed_from``)."""
+    from fedrepro.fl.checkpoint import checkpoint_paths
+
+    cell = {**_cell(tmp_path, backbone_dir, "FedRep"), "keep_round_checkpoints": keep}
+    if keep is None:  # the key absent: the default, false
+        del cell["keep_round_checkpoints"]
+    keep = bool(keep)
+    state = task.initial_state(cell)
+
+    def server_done(r: int) -> None:  # the server's round-r checkpoint, complete on disk
+        for p in checkpoint_paths(cell["out_dir"], r):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("{}")
+
+    def files() -> list[int]:
+        return [r for r in range(1, 6) if task.client_state_path(cell, "MRPC", r).exists()]
+
+    task.client_train_round(cell, "MRPC", 1, state)
+    server_done(1)
+    task.client_train_round(cell, "MRPC", 2, state)   # started from round 1: nothing older
+    assert files() == [1, 2]
+    server_done(2)
+    task.client_train_round(cell, "MRPC", 3, state)   # started from 2, server done with 2
+    assert files() == ([1, 2, 3] if keep else [2, 3])
+    # round 3's server checkpoint still being written: a resume would start from 2 -> keep 2
+    task.client_train_round(cell, "MRPC", 4, state)
+    assert files() == ([1, 2, 3, 4] if keep else [2, 3, 4])
+    server_done(3)
+    server_done(4)
+    task.client_train_round(cell, "MRPC", 5, state)
+    assert files() == ([1, 2, 3, 4, 5] if keep else [4, 5])
