@@ -107,9 +107,7 @@ def test_round_two_starts_from_what_round_one_kept(method, backbone_dir, tmp_pat
     # round 1: the fresh model of (seed, client); round 2: the private tensors round 1 kept
     assert _equal(r1["private_in"], fresh)
     assert _equal(r2["private_in"], r1["private_out"])
-    assert fresh and not _equal(r2["private_in"], fresh)
-    keys = {k for k in load_state(task.client_state_path(cell, client, 1)) if k.startswith("private.")}
-    assert keys == {f"private.{k}" for k in fresh}  # round 1 moved them: the two differ
+    assert fresh and not _equal(r2["private_in"], fresh)  # round 1 moved them: the two differ
     # the server state each round was given (Local: none)
     if federated:
         assert _equal(r1["server"], server1) and _equal(r2["server"], server2)
@@ -128,7 +126,8 @@ def test_round_two_starts_from_what_round_one_kept(method, backbone_dir, tmp_pat
         assert _equal({k[len("sent."):]: v for k, v in saved.items() if k.startswith("sent.")}, sent)
         assert _equal({k[len("private."):]: v for k, v in saved.items() if k.startswith("private.")},
                       rec["private_out"])
-    n = len(task.client_examples(cell, client, "train"))
+    train = task.client_examples(cell, client, "train")
+    n = len(train)
     # FedRep: head_epochs (1) on the head, then the epochs on the body; the others: the epochs
     epochs = cell["train"]["epochs"] + (1 if method == "FedRep" else 0)
     steps = epochs * math.ceil(n / cell["train"]["batch_size"])
@@ -141,16 +140,16 @@ def test_round_two_starts_from_what_round_one_kept(method, backbone_dir, tmp_pat
         assert all(out[k] == float(rec["stats"][k]) for k in parts)
     assert method != "FedMCP" or len({k for k in out1 if k.startswith("L_")}) >= 2
     # each epoch's batches: the seeded shuffle of this client's examples for (seed, client, round, epoch)
-    train = task.client_examples(cell, client, "train")
     pad = task.model_pad_id(cell)
     for r, rec in ((1, r1), (2, r2)):
         want = task.epoch_batches(train, cell["train"]["batch_size"], cell["seed"], client, r, pad)
-        for epoch in (0, 1):
-            got = rec["batches"][epoch]
-            assert len(got) == len(want(epoch)) and all(
-                torch.equal(g[k], w[k]) for g, w in zip(got, want(epoch)) for k in w)
-        assert not torch.equal(rec["batches"][0][0]["labels"], rec["batches"][1][0]["labels"]) or not (
-            torch.equal(rec["batches"][0][0]["input_ids"], rec["batches"][1][0]["input_ids"]))
+        for epoch, got in enumerate(rec["batches"]):
+            expected = want(epoch)
+            assert len(got) == len(expected) and all(
+                torch.equal(g[k], w[k]) for g, w in zip(got, expected) for k in w)
+        first0, first1 = rec["batches"][0][0], rec["batches"][1][0]  # another epoch, another order
+        assert not (torch.equal(first0["labels"], first1["labels"])
+                    and torch.equal(first0["input_ids"], first1["input_ids"]))
 
     # a rerun of round 2 (a job killed after the round's file was written) starts again from
     # round 1's file, not from its own, and gives the same bits
