@@ -65,8 +65,13 @@ lint: $(STAMP)
 # The paper grid's code paths, a few steps each at true model size (random weights where no
 # checkpoint can be fetched), under results/rehearsal/; the report says what failed and which
 # numbers are outside their stated bounds (warn), if any.
+# REHEARSE_MEM_MB: the host memory (MB) Snakemake may hand out (--resources mem_mb); jobs whose
+# declared peaks (config/rehearsal.yaml) fit run side by side.  Default 85 % of this machine's RAM;
+# empty: no limit.
+REHEARSE_MEM_MB ?= $(shell awk '/^MemTotal:/ {printf "%d", $$2 / 1024 * 0.85}' /proc/meminfo 2>/dev/null)
 rehearse: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores all --keep-going --configfile config/paper.yaml config/rehearsal.yaml \
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores all $(if $(REHEARSE_MEM_MB),--resources mem_mb=$(REHEARSE_MEM_MB)) \
+	  --keep-going --configfile config/paper.yaml config/rehearsal.yaml \
 	  || ($(BIN)/python -m fedrepro.rehearsal.report results/rehearsal; exit 1)
 	@cat results/rehearsal/report.md
 	FEDREPRO_REHEARSAL=1 FEDREPRO_REHEARSAL_DIR=$(CURDIR) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests/test_rehearsal_cells.py

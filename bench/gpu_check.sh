@@ -89,18 +89,24 @@ tar -czf "$OUT/bench_quiet.tar.gz" -C "$OUT" bench && rm -rf "$B" && mkdir -p "$
 # rehearse.sh runs 4 cells at a time (--resources gpu=4, 4 threads a cell); with
 # GPU_CHECK_REHEARSE_THREADS=T and GPU_CHECK_REHEARSE_GPU_MEM_MB=M a patched copy runs 16/T cells
 # at a time, packed onto the GPU by their declared memory (rehearsal_settings.gpu_mem_mb = M,
-# --resources gpu_mem_mb = the GPU's memory; docs/cluster.md "GPU slots")
-REHEARSE=.gpu/rehearse.sh
+# --resources gpu_mem_mb = the GPU's memory; docs/cluster.md "GPU slots").  Either way the copy
+# trains FedSum on every setting (config/rehearsal.yaml's fedsum_settings: first is this CPU's).
+REHEARSE=/tmp/rehearse_patched.sh
+RSET="fedsum_settings: every"
+SUBST=()
 if [ -n "${GPU_CHECK_REHEARSE_THREADS:-}" ] && [ -n "${GPU_CHECK_REHEARSE_GPU_MEM_MB:-}" ]; then
   TOTAL_MB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
   TOTAL_MB=${TOTAL_MB:-80000}
-  REHEARSE=/tmp/rehearse_packed.sh
-  sed -e "s/threads_per_cell: 4/threads_per_cell: $GPU_CHECK_REHEARSE_THREADS/g" \
-      -e "s/--resources gpu=4/--resources gpu_mem_mb=$TOTAL_MB/" \
-      -e "s/^fedsumm: {threads_per_cell: \(.*\)\$/&\nrehearsal_settings: {gpu_mem_mb: $GPU_CHECK_REHEARSE_GPU_MEM_MB}/" \
-      -e "s/4 threads a cell, --cores 16/$GPU_CHECK_REHEARSE_THREADS threads a cell, --cores 16/" \
-      -e "s/(4 GPU jobs at a time)/(cells packed on the GPU by their declared $GPU_CHECK_REHEARSE_GPU_MEM_MB MB)/" \
-      .gpu/rehearse.sh > "$REHEARSE"
+  RSET="$RSET, gpu_mem_mb: $GPU_CHECK_REHEARSE_GPU_MEM_MB"
+  SUBST=(-e "s/threads_per_cell: 4/threads_per_cell: $GPU_CHECK_REHEARSE_THREADS/g"
+         -e "s/--resources gpu=4/--resources gpu_mem_mb=$TOTAL_MB/"
+         -e "s/4 threads a cell, --cores 16/$GPU_CHECK_REHEARSE_THREADS threads a cell, --cores 16/"
+         -e "s/(4 GPU jobs at a time)/(cells packed on the GPU by their declared $GPU_CHECK_REHEARSE_GPU_MEM_MB MB)/")
+fi
+sed "${SUBST[@]}" -e "s/^fedsumm: {threads_per_cell: \(.*\)\$/&\nrehearsal_settings: {$RSET}/" \
+  .gpu/rehearse.sh > "$REHEARSE"
+grep -q "^rehearsal_settings: {$RSET}" "$REHEARSE" || say "WARNING: the rehearsal overlay patch did not apply ($RSET)"
+if [ -n "${GPU_CHECK_REHEARSE_THREADS:-}" ] && [ -n "${GPU_CHECK_REHEARSE_GPU_MEM_MB:-}" ]; then
   say "rehearsal packed: $GPU_CHECK_REHEARSE_THREADS threads a cell, ${GPU_CHECK_REHEARSE_GPU_MEM_MB} MB declared of ${TOTAL_MB} MB"
 fi
 REH_PID=

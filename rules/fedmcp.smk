@@ -31,7 +31,7 @@ rule fedmcp_train_cell:
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["gpu"],
         gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.fm_backbone, "train")),
-        mem_mb=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["mem_mb"],
+        mem_mb=lambda wildcards: wf.job_mem_mb(config, wildcards.fm_backbone, "train", wildcards.fm_method),
         runtime=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "train")["runtime"],
     log:
         "logs/fedmcp_train_cell/{fm_backbone}/{fm_method}/seed~{seed}.log",
@@ -61,7 +61,7 @@ rule fedmcp_evaluate_cell:
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["gpu"],
         gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.fm_backbone, "evaluate")),
-        mem_mb=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["mem_mb"],
+        mem_mb=lambda wildcards: wf.job_mem_mb(config, wildcards.fm_backbone, "evaluate", wildcards.fm_method),
         runtime=lambda wildcards: wf.job_resources(config, wildcards.fm_backbone, "evaluate")["runtime"],
     log:
         "logs/fedmcp_evaluate_cell/{fm_backbone}/{fm_method}/seed~{seed}.log",

@@ -104,7 +104,7 @@ rule fedsum_train_cell:
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
         gpu_mem_mb=wf.gpu_mem_mb(wf.job_resources(config, "bert-base", "train")),
-        mem_mb=wf.job_resources(config, "bert-base", "train")["mem_mb"],
+        mem_mb=lambda w: wf.job_mem_mb(config, "bert-base", "train", w.fsum_method),
         runtime=wf.job_resources(config, "bert-base", "train")["runtime"],
     log:
         "logs/fedsum_train_cell/{fsum_setting}/{fsum_method}/seed~{seed}.log",
@@ -133,7 +133,9 @@ rule fedsum_train_row:
     resources:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
         gpu_mem_mb=wf.gpu_mem_mb(wf.job_resources(config, "bert-base", "train")),
-        mem_mb=wf.job_resources(config, "bert-base", "train")["mem_mb"],
+        # the row's methods one after the other: the largest of their declarations
+        mem_mb=max(wf.job_mem_mb(config, "bert-base", "train", m)
+                   for m in config.get("fedsum", {}).get("methods", [None])),
         runtime=wf.job_resources(config, "bert-base", "train")["runtime"],
     log:
         "logs/fedsum_train_row/{fsum_setting}/seed~{seed}.log",

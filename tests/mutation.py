@@ -76,7 +76,8 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
                            ["tests/test_step_adafedseleckd.py", "tests/test_kd_fires.py"]),
     "fedmcp.task": (f"{PAPERS}/fedmcp/task.py", ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py",
                                                 "tests/test_fedmcp_client_round.py"]),
-    "fedsum.task": (f"{PAPERS}/fedsum/task.py", ["tests/test_step_fedsum.py", "tests/test_fedsum_exact.py"]),
+    "fedsum.task": (f"{PAPERS}/fedsum/task.py", ["tests/test_step_fedsum.py", "tests/test_fedsum_exact.py",
+                                                 "tests/test_fedsum_client_round.py"]),
     "fedsumm.task": (f"{PAPERS}/fedsumm/task.py", ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py"]),
 }
 

@@ -17,6 +17,7 @@ from fedrepro.io import InputError, read_json, write_json_atomic
 from fedrepro.models.backbones import builds_locally, fetch_or_shape
 from fedrepro.papers.adafedseleckd import grid as ada
 from fedrepro.papers.adafedseleckd.methods import METHODS as ADA_METHODS
+from fedrepro.papers.fedsum import grid as fedsum_grid
 from fedrepro.papers.fedsumm import grid as fedsumm_grid
 from fedrepro.rehearsal import plan, report
 
@@ -28,6 +29,9 @@ def _merge(base: dict, over: dict) -> dict:
     for k, v in over.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+REHEARSAL_OVERLAY = yaml.safe_load((ROOT / "config/rehearsal.yaml").read_text())
 
 
 def _paper_rehearsal() -> dict:
@@ -69,10 +73,13 @@ def test_rehearsal_jobs_declare_gpu_memory_so_cells_share_a_gpu():
     for name in config["backbones"]:
         for job in ("train", "evaluate"):
             assert wf.gpu_mem_mb(wf.job_resources(config, name, job)) == 16000, (name, job)
-            # the rest of the declared resources is the paper's
+            # the rest of the declared resources is the paper's, but for this machine's host
+            # memory (config/rehearsal.yaml, test_rehearsal_jobs_declare_their_measured_host_memory)
             declared = ((paper["backbones"][name].get("resources") or {}).get(job) or {})
+            here = ((REHEARSAL_OVERLAY["backbones"].get(name, {}).get("resources") or {}).get(job) or {})
+            assert set(here) <= {"mem_mb", "mem_mb_by_method"}
             assert {k: v for k, v in wf.job_resources(config, name, job).items()
-                    if k != "gpu_mem_mb"} == {**wf.JOB_RESOURCES[job], **declared}
+                    if k != "gpu_mem_mb"} == {**wf.JOB_RESOURCES[job], **declared, **here}
     assert wf.gpu_mem_mb(fedsumm_grid.job_resources(config, "train")) == 16000
     # the paper config alone claims whole GPUs
     assert all(wf.gpu_mem_mb(wf.job_resources(paper, n, "train")) == 0 for n in paper["backbones"])
@@ -94,6 +101,45 @@ def test_rehearsal_jobs_declare_gpu_memory_so_cells_share_a_gpu():
     zero["rehearsal_settings"]["gpu_mem_mb"] = 0
     zero = plan.apply(zero, ROOT)
     assert all(wf.gpu_mem_mb(wf.job_resources(zero, n, "train")) == 0 for n in zero["backbones"])
+
+
+def test_rehearsal_jobs_declare_their_measured_host_memory():
+    """On this 2-core CPU one-thread cells run two at a time where their memory fits: make
+    rehearse hands Snakemake --resources mem_mb (85 % of the machine's RAM) and each job declares
+    its measured peak -- per method where a backbone's methods differ severalfold
+    (fedrepro.grid.job_mem_mb): FedMCP's full fine-tuning, FedSum's SCAFFOLD."""
+    from fedrepro import grid as wf
+
+    config = _paper_rehearsal()
+    assert all(config[p]["threads_per_cell"] == 1 for p in plan.PAPERS)
+    assert wf.job_mem_mb(config, "roberta-base", "train", "FedAvg-FT") == 19000
+    assert wf.job_mem_mb(config, "roberta-base", "train", "FedMCP") == 3000
+    assert wf.job_mem_mb(config, "roberta-base", "evaluate", "FedAvg-FT") == 4000
+    assert wf.job_mem_mb(config, "bert-base", "train", "SCAFFOLD") == 23000
+    assert wf.job_mem_mb(config, "bert-base", "train", "FedAvg") == 12000
+    assert wf.job_mem_mb(config, "bert-base", "train") == 12000
+    assert fedsumm_grid.job_resources(config, "train")["mem_mb"] == 14500
+    # the plan (the report's "declared MB") carries the method's value
+    by = {(c["paper"], c["method"]): c for c in plan.cells(config)}
+    assert by[("fedsum", "SCAFFOLD")]["jobs"]["train"]["resources"]["mem_mb"] == 23000
+    assert by[("fedsum", "FedSum")]["jobs"]["train"]["resources"]["mem_mb"] == 12000
+    assert by[("fedmcp", "FedAvg-FT")]["jobs"]["train"]["resources"]["mem_mb"] == 19000
+    assert by[("fedmcp", "FedAvg-FT")]["jobs"]["evaluate"]["resources"]["mem_mb"] == 4000
+    assert "mem_mb_by_method" not in by[("fedmcp", "FedMCP")]["jobs"]["train"]["resources"]
+    # the paper config alone: one value per backbone and job
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    assert wf.job_mem_mb(paper, "bert-base", "train", "SCAFFOLD") == 32000
+    bad = copy.deepcopy(config)
+    bad["backbones"]["bert-base"]["resources"]["train"]["mem_mb_by_method"] = ["SCAFFOLD"]
+    with pytest.raises(InputError, match="bert-base.resources.train.mem_mb_by_method"):
+        wf.job_mem_mb(bad, "bert-base", "train", "SCAFFOLD")
+    bad["backbones"]["bert-base"]["resources"]["train"]["mem_mb_by_method"] = {"SCAFFOLD": "22G"}
+    with pytest.raises(InputError, match="mem_mb of SCAFFOLD"):
+        wf.job_mem_mb(bad, "bert-base", "train", "SCAFFOLD")
+    # make rehearse passes the budget (empty REHEARSE_MEM_MB: no limit)
+    text = (ROOT / "Makefile").read_text()
+    assert "$(if $(REHEARSE_MEM_MB),--resources mem_mb=$(REHEARSE_MEM_MB))" in text
+    assert "/ 1024 * 0.85" in text
 
 
 def test_paper_config_alone_keeps_table_one_clients():
@@ -133,14 +179,48 @@ def test_cover_runs_every_method_backbone_and_model():
     assert {c["method"] for c in by["fedmcp"]} == set(config["fedmcp"]["methods"])
     fs = by["fedsum"]
     assert set(config["fedsum"]["methods"]) | {"FedSum-depth"} <= {c["method"] for c in fs}
-    assert {c["setting"].split("-")[0] for c in fs} >= set(config["fedsum"]["datasets"]) or len(
-        {c["setting"] for c in fs}) >= len(config["fedsum"]["datasets"]) + 1
+    # every dataset's split is built: Table 1's trains every method, the others are data jobs
+    # under fedsum_settings: first (test_fedsum_settings_first_trains_table_one_and_still_builds_every_split)
+    built = {c["setting"] for c in fs} | {d.split("/")[3] for d in plan.data_files(config) if "/fedsum/data/" in d}
+    assert {fedsum_grid.setting_name(config, ds, float(config["fedsum"]["alpha"]))
+            for ds in config["fedsum"]["datasets"]} < built
     fsm = by["fedsumm"]
     assert {(c["backbone"], c["method"]) for c in fsm} == {
         (m, r) for m in fedsumm_grid.MODELS for r in fedsumm_grid.REGIMES}
     assert all(c["setting"].endswith(f"/n{config['fedsumm']['clients']}") for c in fsm)
     # every cell's files are produced by the workflow's rules (checked by the dry run below)
     assert all(f.startswith("results/") for c in cells for f in c["files"])
+
+
+def test_fedsum_settings_first_trains_table_one_and_still_builds_every_split():
+    """``fedsum_settings: first`` (config/rehearsal.yaml, a 2-core CPU): FedSum's cells are Table
+    1's setting only -- every method and the depth ablation -- while the client data of the other
+    datasets and of the uniform split (their partition rule, oracle labels, test set) is still
+    built: the rehearse rule asks for it.  ``every`` (the GPU script's overlay) trains FedSum on
+    each of them too."""
+    config = _paper_rehearsal()
+    f = config["fedsum"]
+    assert config["rehearsal_settings"]["fedsum_settings"] == "first"
+    table1 = fedsum_grid.setting_name(config, f["datasets"][0], float(f["alpha"]))
+    others = {fedsum_grid.setting_name(config, ds, float(f["alpha"])) for ds in f["datasets"][1:]}
+    others.add(fedsum_grid.setting_name(config, fedsum_grid.SWEEP_DATASET, float(f["uniform_alpha"])))
+    assert len(others) == 4 and table1 not in others
+    fs = [c for c in plan.cells(config) if c["paper"] == "fedsum"]
+    assert {c["setting"] for c in fs} == {table1}
+    assert sorted(c["method"] for c in fs) == sorted(f["methods"] + f["ablation"])
+    data = plan.data_files(config)
+    assert {fedsum_grid.data_dir(s, 1) for s in others} <= set(data)
+    assert plan.document(config)["data_files"] == data
+
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    over = yaml.safe_load((ROOT / "config/rehearsal.yaml").read_text())
+    over["rehearsal_settings"]["fedsum_settings"] = "every"
+    every = plan.apply(_merge(paper, over), ROOT)
+    fs_every = [c for c in plan.cells(every) if c["paper"] == "fedsum"]
+    assert {c["setting"] for c in fs_every} == {table1} | others
+    assert len(fs_every) == len(fs) + 4
+    assert {c["method"] for c in fs_every if c["setting"] in others} == {"FedSum"}
+    assert not any("/fedsum/data/" in d for d in plan.data_files(every))  # the cells' inputs
 
 
 def test_cross_runs_methods_times_backbones():
@@ -163,7 +243,8 @@ def test_rehearsal_cells_carry_limits_normal_cells_do_not():
 
 @pytest.mark.parametrize("key,value", [("rounds", 0), ("coverage", "all"), ("data", "hub"),
                                        ("typo", 1), ("examples_per_client", True),
-                                       ("gpu_mem_mb", -1), ("gpu_mem_mb", "16G")])
+                                       ("gpu_mem_mb", -1), ("gpu_mem_mb", "16G"),
+                                       ("fedsum_settings", "all")])
 def test_bad_settings_name_the_key(key, value):
     config = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     config["rehearsal_settings"][key] = value
@@ -316,12 +397,14 @@ def test_samples_rule_writes_where_the_plan_points():
 
 def test_the_rehearsal_starts_its_long_poles_first():
     """config/rehearsal.yaml's priorities (fedrepro.grid.rule_priority): FedSUMM's rows before
-    FedSum's cells before everything else (0); a bad value names its key."""
+    FedSum's cells and AdaFedSelecKD's training (LED-large's) before everything else (0); a bad
+    value names its key."""
     from fedrepro import grid
 
     cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "rehearsal.yaml").read_text())
     assert (grid.rule_priority(cfg, "fedsumm_row") == grid.rule_priority(cfg, "fedsumm_federated_row")
-            > grid.rule_priority(cfg, "fedsum_train_cell") > grid.rule_priority(cfg, "train_cell") == 0)
+            > grid.rule_priority(cfg, "fedsum_train_cell") == grid.rule_priority(cfg, "train_cell")
+            > grid.rule_priority(cfg, "fedmcp_train_cell") == grid.rule_priority(cfg, "evaluate_cell") == 0)
     assert grid.rule_priority({}, "fedsumm_row") == 0  # the paper config: Snakemake's default
     with pytest.raises(InputError, match="priority.fedsum_train_cell"):
         grid.rule_priority({"priority": {"fedsum_train_cell": "high"}}, "fedsum_train_cell")

@@ -74,6 +74,30 @@ def job_resources(config: dict, backbone: str, job: str) -> dict:
     return {**JOB_RESOURCES[job], **user}
 
 
+def job_mem_mb(config: dict, backbone: str, job: str, method: str | None = None) -> int:
+    """The host memory (MB) a cell job of ``method`` declares: its entry in
+    ``backbones.<name>.resources.<job>.mem_mb_by_method`` if it has one, else the job's ``mem_mb``.
+
+    Methods of one backbone can differ severalfold -- FedMCP's full fine-tuning (FedAvg-FT) beside
+    its PEFT methods, FedSum's SCAFFOLD (the control variates) beside FedAvg -- and a scheduler
+    given ``--resources mem_mb=...`` runs side by side only the jobs whose declarations fit
+    (``make rehearse``; config/rehearsal.yaml holds this machine's measured peaks)."""
+    res = job_resources(config, backbone, job)
+    by = res.get("mem_mb_by_method") or {}
+    if not isinstance(by, dict):
+        raise InputError(
+            f"config key backbones.{backbone}.resources.{job}.mem_mb_by_method: a mapping of "
+            f"method to MB, got {by!r}"
+        )
+    value = by.get(method, res["mem_mb"]) if method is not None else res["mem_mb"]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(
+            f"config key backbones.{backbone}.resources.{job}: mem_mb of {method or 'every method'} "
+            f"must be a positive number of MB, got {value!r}"
+        )
+    return value
+
+
 def gpu_mem_mb(resources: dict) -> int:
     """The GPU memory (MB per device) a job declares, ``gpu_mem_mb`` of its resources: jobs whose
     declared memory fits share a GPU (:mod:`fedrepro.gpu_slots`); 0, the default, asks for whole

@@ -31,7 +31,9 @@ Coverage (``coverage``): ``cover`` runs every method, every backbone and every k
 least once -- AdaFedSelecKD: the five methods on the first backbone (AdaSingle on its first client)
 and AdaFedSelectKD, the method with every part (global + local adapters, selective KD), on each
 other backbone; FedMCP: every method (one backbone); FedSum: every method and the depth ablation
-on Table 1's setting, FedSum on every other dataset and on the uniform (α = ∞) split; FedSUMM:
+on Table 1's setting, FedSum on every other dataset and on the uniform (α = ∞) split
+(``fedsum_settings: every``; ``first`` -- this CPU's overlay -- builds and checks those settings'
+client data but trains no cell on them); FedSUMM:
 every model (bart, ct, bart-cd) with all four regimes (one row job each) on the first available
 corpus at the tables' N, and the client split of every other corpus.  A method's code does not
 depend on the backbone beyond the model class, which the backbone cells cover.  ``cross`` runs
@@ -67,6 +69,7 @@ DEFAULTS = {
     "backbones": "fetch_or_shape",
     "fedsum_total": "paper",
     "fedsum_heldout_test_docs": 16,
+    "fedsum_settings": "every",
     "gpu_mem_mb": 16000,
 }
 
@@ -91,7 +94,7 @@ def settings(config: dict) -> dict:
         raise InputError(f"config key rehearsal_settings.fedsum_total: 'paper' (partitions.fedsum.total) or a "
                          f"positive integer, got {s['fedsum_total']!r}")
     choices = {"coverage": ("cover", "cross"), "data": ("configured", "samples"),
-               "backbones": ("fetch_or_shape", "configured")}
+               "backbones": ("fetch_or_shape", "configured"), "fedsum_settings": ("every", "first")}
     for key, allowed in choices.items():
         if s[key] not in allowed:
             raise InputError(f"config key rehearsal_settings.{key}: one of {allowed}, got {s[key]!r}")
@@ -250,19 +253,32 @@ def _fedmcp_cells(config: dict) -> list[dict]:
         out.append({"paper": "fedmcp", "cell": cell, "method": method, "backbone": f["backbone"],
                     "setting": "crosstask",
                     "files": [f"{cell}/{n}" for n in ("provenance.json", "scores.json")],
-                    "jobs": {j: _job(f"fedmcp_{j}_cell", key, wf.job_resources(config, f["backbone"], j))
+                    "jobs": {j: _job(f"fedmcp_{j}_cell", key, _method_resources(config, f["backbone"], j, method))
                              for j in ("train", "evaluate")}})
     return out
 
 
+def _fedsum_other_settings(config: dict) -> list[tuple[str, float]]:
+    """FedSum's (dataset, alpha) beyond Table 1's: every other dataset at ``fedsum.alpha`` and the
+    uniform split (alpha = infinity) of the sweep dataset."""
+    f = fedsum.fedsum_cfg(config)
+    others = [(ds, float(f["alpha"])) for ds in list(f["datasets"])[1:]]
+    return others + [(fedsum.SWEEP_DATASET, float(f["uniform_alpha"]))]
+
+
 def _fedsum_cells(config: dict) -> list[dict]:
+    """Every method and the depth ablation on Table 1's setting; with ``fedsum_settings: every``
+    also FedSum on each other setting (:func:`_fedsum_other_settings`).  With ``first`` those
+    settings' client data (split, oracle labels, test set) is still built and checked
+    (:func:`data_files`): the training code is the same as on Table 1's setting, and on a
+    2-core CPU their four 20-client cells cost ~13 of make rehearse's minutes."""
     f = fedsum.fedsum_cfg(config)
     seed = fedsum.seeds(config)[0]
     alpha = float(f["alpha"])
     datasets = list(f["datasets"])
     runs = [(datasets[0], alpha, m) for m in list(f["methods"]) + list(f.get("ablation") or [])]
-    runs += [(ds, alpha, "FedSum") for ds in datasets[1:]]
-    runs += [(fedsum.SWEEP_DATASET, float(f["uniform_alpha"]), "FedSum")]
+    if settings(config)["fedsum_settings"] == "every":
+        runs += [(ds, a, "FedSum") for ds, a in _fedsum_other_settings(config)]
     out = []
     for ds, a, method in runs:
         setting = fedsum.setting_name(config, ds, a)
@@ -272,7 +288,7 @@ def _fedsum_cells(config: dict) -> list[dict]:
         out.append({"paper": "fedsum", "cell": cell, "method": method, "backbone": fedsum.BACKBONE,
                     "setting": setting,
                     "files": [f"{cell}/{n}" for n in ("provenance.json", "scores.json")],
-                    "jobs": {"train": _job(*job, wf.job_resources(config, fedsum.BACKBONE, "train"))}})
+                    "jobs": {"train": _job(*job, _method_resources(config, fedsum.BACKBONE, "train", method))}})
     return out
 
 
@@ -294,6 +310,12 @@ def _fedsumm_cells(config: dict, cover: bool) -> list[dict]:
                                                    fedsumm.job_resources(config, "train"),
                                                    shared_by=len(fedsumm.REGIMES))}})
     return out
+
+
+def _method_resources(config: dict, backbone: str, job: str, method: str) -> dict:
+    """A cell job's declared resources with its method's ``mem_mb`` (:func:`fedrepro.grid.job_mem_mb`)."""
+    res = {k: v for k, v in wf.job_resources(config, backbone, job).items() if k != "mem_mb_by_method"}
+    return {**res, "mem_mb": wf.job_mem_mb(config, backbone, job, method)}
 
 
 def _job(rule: str, key: str, resources: dict, shared_by: int = 1) -> dict:
@@ -319,9 +341,14 @@ def cells(config: dict) -> list[dict]:
 
 
 def data_files(config: dict) -> list[str]:
-    """Besides the cells: every configured source prepared by its real parser, and the FedSUMM
-    client split of every available corpus at the tables' N."""
+    """Besides the cells: every configured source prepared by its real parser, the FedSUMM
+    client split of every available corpus at the tables' N, and (``fedsum_settings: first``)
+    the client data of FedSum's settings that train no cell."""
     out = [f"results/data/{name}/prepare_report.json" for name in sorted(wf.section(config, "data"))]
+    if "fedsum" in config and settings(config)["fedsum_settings"] == "first":
+        seed = fedsum.seeds(config)[0]
+        out += [fedsum.data_dir(fedsum.setting_name(config, ds, a), seed)
+                for ds, a in _fedsum_other_settings(config)]
     if "fedsumm" in config:
         n = fedsumm.table_clients(config)
         out += [fedsumm.clients_dir(config, c, n) for c in fedsumm.available_corpora(config)]
