@@ -42,6 +42,7 @@ rule train_cell:
         gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
         mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
         runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"],
+    priority: wf.rule_priority(config, "train_cell")
     log:
         "logs/train_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.log",
     benchmark:
@@ -71,6 +72,7 @@ if ada.rows_enabled(config):
             gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
             mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
             runtime=lambda wildcards: 3 * wf.job_resources(config, wildcards.backbone, "train")["runtime"],
+        priority: wf.rule_priority(config, "train_cell")
         log:
             "logs/adafedseleckd_row/{partition}/{backbone}/seed~{seed}.log",
         benchmark:
@@ -98,6 +100,7 @@ if ada.rows_enabled(config):
             mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
             runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"]
             + wf.job_resources(config, wildcards.backbone, "evaluate")["runtime"],
+        priority: wf.rule_priority(config, "train_cell")
         log:
             "logs/adafedseleckd_cell/{partition}/{backbone}/{method}/{scope}/seed~{seed}.log",
         benchmark:
@@ -177,6 +180,7 @@ rule adafedseleckd_pos_tags:
         "results/partitions/adafedseleckd-{partition}/seed~{seed}/pos/{client}.jsonl",
     params:
         spacy_model=canonical(ada.spacy_model(config)),
+    priority: wf.rule_priority(config, "adafedseleckd_pos_tags")
     log:
         "logs/adafedseleckd_pos_tags/{partition}/seed~{seed}/{client}.log",
     conda:

@@ -21,6 +21,7 @@ rule client_files:
         directory("results/partitions/{setting}/seed~{seed}/clients"),
     params:
         record_files=lambda w: canonical(setting_record_files(w)),
+    priority: wf.rule_priority(config, "client_files")
     log:
         "logs/client_files/{setting}/seed~{seed}.log",
     conda:

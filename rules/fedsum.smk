@@ -35,6 +35,7 @@ rule fedsum_backbone:
         mem_mb=4000,
         runtime=60,
     retries: 1
+    priority: wf.rule_priority(config, "fedsum_backbone")
     log:
         "logs/fedsum_backbone/bert-base.log",
     benchmark:
@@ -74,6 +75,7 @@ rule fedsum_client_data:
     params:
         max_test_docs=canonical(config.get("fedsum", {}).get("eval", {}).get("max_test_docs")),
         heldout_test_docs=canonical(config.get("fedsum", {}).get("eval", {}).get("heldout_test_docs", 0)),
+    priority: wf.rule_priority(config, "fedsum_client_data")
     log:
         "logs/fedsum_client_data/{fsum_setting}/seed~{seed}.log",
     conda:

@@ -32,6 +32,7 @@ rule fedsumm_backbone:
         mem_mb=lambda w: wfs.job_resources(config, "backbone")["mem_mb"],
         runtime=lambda w: wfs.job_resources(config, "backbone")["runtime"],
     retries: 1
+    priority: wf.rule_priority(config, "fedsumm_backbone")
     log:
         "logs/fedsumm_backbone/bart-base-chinese.log",
     benchmark:

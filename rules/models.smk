@@ -10,6 +10,7 @@ rule backbone:
         mem_mb=4000,
         runtime=60,
     retries: 1
+    priority: wf.rule_priority(config, "backbone")
     log:
         "logs/backbone/{backbone}.log",
     benchmark:

@@ -25,6 +25,7 @@ if config.get("rehearsal"):
             scale=canonical(REHEARSAL["settings"]["sample_scale"]),
             # FedSum's datasets: enough train records for the partition's total (rplan.min_train_records)
             min_train=lambda w: canonical(REHEARSAL["min_train_records"].get(w.source, 0)),
+        priority: wf.rule_priority(config, "rehearsal_samples")
         log:
             "logs/rehearsal_samples/{source}.log",
         conda:

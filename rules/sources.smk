@@ -10,6 +10,7 @@ rule download_source:
     params:
         timeout=lambda wildcards: canonical(config["data"][wildcards.source].get("download_timeout_s", 10)),
     retries: 2
+    priority: wf.rule_priority(config, "download_source")
     log:
         "logs/download_source/{source}.log",
     conda:
@@ -27,6 +28,7 @@ rule prepare_source:
     params:
         # skip_malformed, parse_options, heldout_test (data.<source>.heldout_test_fraction / _seed)
         options=lambda wildcards: canonical(wf.prepare_options(config, wildcards.source)),
+    priority: wf.rule_priority(config, "prepare_source")
     log:
         "logs/prepare_source/{source}.log",
     conda:
@@ -43,6 +45,7 @@ rule partition_setting:
     params:
         setting=lambda wildcards: canonical(SETTINGS[wildcards.setting]),
         record_files=lambda w: canonical(setting_record_files(w)),
+    priority: wf.rule_priority(config, "partition_setting")
     log:
         "logs/partition_setting/{setting}/seed~{seed}.log",
     conda:
@@ -87,6 +90,7 @@ rule oracle_labels:
         # BertSum's oracle: label count (summary_size) and short-sentence filter (min_src_ntokens)
         label_sentences=lambda wildcards: canonical(config["partitions"]["fedsum"].get("label_sentences", {}).get(wildcards.source, LABEL_SENTENCES)),
         short_sentence_tokens=canonical(config["partitions"]["fedsum"].get("short_sentence_tokens", SHORT_SENTENCE_TOKENS)),
+    priority: wf.rule_priority(config, "oracle_labels")
     log:
         "logs/oracle_labels/{source}.log",
     conda:

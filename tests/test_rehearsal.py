@@ -402,9 +402,16 @@ def test_the_rehearsal_starts_its_long_poles_first():
     from fedrepro import grid
 
     cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "rehearsal.yaml").read_text())
+    data = ("rehearsal_samples", "download_source", "prepare_source", "partition_setting", "oracle_labels",
+            "client_files", "fedsum_client_data", "backbone", "fedsum_backbone", "fedsumm_backbone")
+    assert min(grid.rule_priority(cfg, r) for r in data) > grid.rule_priority(cfg, "fedsumm_row")
     assert (grid.rule_priority(cfg, "fedsumm_row") == grid.rule_priority(cfg, "fedsumm_federated_row")
             > grid.rule_priority(cfg, "fedsum_train_cell") == grid.rule_priority(cfg, "train_cell")
             > grid.rule_priority(cfg, "fedmcp_train_cell") == grid.rule_priority(cfg, "evaluate_cell") == 0)
+    # every rule named there reads its priority from the config (a name no rule reads does nothing)
+    rules_text = "".join(p.read_text() for p in (ROOT / "rules").glob("*.smk"))
+    for rule in cfg["priority"]:
+        assert f'priority: wf.rule_priority(config, "{rule}")' in rules_text, rule
     assert grid.rule_priority({}, "fedsumm_row") == 0  # the paper config: Snakemake's default
     with pytest.raises(InputError, match="priority.fedsum_train_cell"):
         grid.rule_priority({"priority": {"fedsum_train_cell": "high"}}, "fedsum_train_cell")
