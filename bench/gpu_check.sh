@@ -102,13 +102,11 @@ if [ -n "${GPU_CHECK_REHEARSE_THREADS:-}" ] && [ -n "${GPU_CHECK_REHEARSE_GPU_ME
          -e "s/--resources gpu=4/--resources gpu_mem_mb=$TOTAL_MB/"
          -e "s/4 threads a cell, --cores 16/$GPU_CHECK_REHEARSE_THREADS threads a cell, --cores 16/"
          -e "s/(4 GPU jobs at a time)/(cells packed on the GPU by their declared $GPU_CHECK_REHEARSE_GPU_MEM_MB MB)/")
+  say "rehearsal packed: $GPU_CHECK_REHEARSE_THREADS threads a cell, ${GPU_CHECK_REHEARSE_GPU_MEM_MB} MB declared of ${TOTAL_MB} MB"
 fi
 sed "${SUBST[@]}" -e "s/^fedsumm: {threads_per_cell: \(.*\)\$/&\nrehearsal_settings: {$RSET}/" \
   .gpu/rehearse.sh > "$REHEARSE"
 grep -q "^rehearsal_settings: {$RSET}" "$REHEARSE" || say "WARNING: the rehearsal overlay patch did not apply ($RSET)"
-if [ -n "${GPU_CHECK_REHEARSE_THREADS:-}" ] && [ -n "${GPU_CHECK_REHEARSE_GPU_MEM_MB:-}" ]; then
-  say "rehearsal packed: $GPU_CHECK_REHEARSE_THREADS threads a cell, ${GPU_CHECK_REHEARSE_GPU_MEM_MB} MB declared of ${TOTAL_MB} MB"
-fi
 REH_PID=
 if [ "${GPU_CHECK_SKIP_REHEARSAL:-0}" != 1 ] && [ "$(left)" -gt 120 ]; then
   REHEARSE_SKIP_INSTALL=1 REHEARSE_SITE="$SITE" REHEARSE_BUDGET_S=$(( $(left) - 15 )) \
