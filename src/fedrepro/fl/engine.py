@@ -38,6 +38,10 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedrepro.fl import npy_threads
+
+npy_threads.install()  # np.load in client threads on CPython 3.11.7 (gh-106905)
+
 
 @contextlib.contextmanager
 def server_identity(run_id: int = 0) -> Iterator[None]:

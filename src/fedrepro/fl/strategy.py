@@ -48,6 +48,9 @@ from flwr.serverapp.strategy import FedAvg
 from fedrepro.fl.checkpoint import BackgroundWriter, ClientWriteError, checkpoint_paths, join_client_writes, save_state, timing_path
 from fedrepro.io import InputError, write_json_atomic
 from fedrepro.logs import RoundProgress
+from fedrepro.fl import npy_threads
+
+npy_threads.install()  # np.load in the round writer's thread on CPython 3.11.7 (gh-106905)
 
 log = logging.getLogger(__name__)
 
