@@ -301,3 +301,54 @@ def test_load_backbone_loads_a_hub_folder_naming_bare_bart_model_as_the_generati
     cfg_path.write_text(json.dumps(cfg))
     _, model = load_backbone(path)
     assert type(model).__name__ == "BartForConditionalGeneration"
+
+
+def _projection_inputs(model) -> list[bool]:
+    """Record, per encoder self-attention projection call, whether its input was contiguous
+    (a hook registered after the project's, so it sees what the Linear gets)."""
+    seen: list[bool] = []
+    for module in model.modules():
+        if type(module).__name__ == "LEDEncoderSelfAttention":
+            for child in module.children():
+                if isinstance(child, torch.nn.Linear):
+                    child.register_forward_pre_hook(lambda m, a: seen.append(a[0].is_contiguous()))
+    return seen
+
+
+def test_led_encoder_projections_get_contiguous_inputs(tmp_path):
+    """LED's encoder attention projects hidden_states.transpose(0, 1): for a frozen weight PyTorch
+    broadcasts the weight per position (bmm), which on the CPU in bfloat16 copies it 2,048 times
+    per pass (issue 23: the rehearsal's LED cell took over an hour).  load_backbone hooks every
+    such projection so its input is contiguous (one mm); the encoder's output is unchanged."""
+    from fedrepro.models.backbones import SEQUENCE_FIRST_ATTENTION, contiguous_sequence_first_inputs
+
+    path = helpers.make_backbone(tmp_path, name="led-large", warmup_steps=0)
+    _, plain = load_backbone(path)
+    layers = plain.config.encoder_layers
+    # q, k, v and the global q, k, v of every encoder layer: hooked once, not twice
+    hooked = [m for m in plain.modules() if getattr(m, "_fedrepro_contiguous", False)]
+    assert len(hooked) == 6 * layers
+    assert contiguous_sequence_first_inputs(plain) == 0
+    seen = _projection_inputs(plain)
+    plain.eval().requires_grad_(False)
+    ids = torch.randint(5, plain.config.vocab_size, (2, 40))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        out = plain.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert seen and all(seen)  # every projection got a contiguous input
+    # the same model without the hooks (from_pretrained directly): the same encoder output
+    from transformers import LEDForConditionalGeneration
+
+    bare = LEDForConditionalGeneration.from_pretrained(path).eval().requires_grad_(False)
+    bare_seen = _projection_inputs(bare)
+    with torch.no_grad():
+        ref = bare.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert bare_seen and not any(bare_seen)  # transformers itself passes the transposed view
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert "LEDEncoderSelfAttention" in SEQUENCE_FIRST_ATTENTION
+
+
+def test_bart_has_no_sequence_first_projections(tmp_path):
+    path = helpers.make_backbone(tmp_path, name="bart-large", warmup_steps=0)
+    _, model = load_backbone(path)
+    assert not any(getattr(m, "_fedrepro_contiguous", False) for m in model.modules())

@@ -462,7 +462,52 @@ def load_backbone(path: str | os.PathLike):
     arch = GENERATION_CLASSES.get(arch, arch)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = model_class(arch).from_pretrained(path)
+    contiguous_sequence_first_inputs(model)
     return tokenizer, model
+
+
+# attention modules that transpose their input to (sequence, batch, features) before their Linear
+# projections (Longformer's sliding-window attention, which LED's encoder uses)
+SEQUENCE_FIRST_ATTENTION = ("LEDEncoderSelfAttention", "LongformerSelfAttention")
+
+
+def _contiguous_input(module, args):
+    x = args[0] if args else None
+    if x is not None and x.dim() >= 3 and not x.is_contiguous():
+        return (x.contiguous(), *args[1:])
+    return None
+
+
+def contiguous_sequence_first_inputs(model) -> int:
+    """Give the Linear projections of Longformer-style encoder attention (LED-large's
+    ``LEDEncoderSelfAttention``) a contiguous input; returns how many Linear layers got the hook.
+
+    Those modules call their ``query``/``key``/``value`` (and ``*_global``) Linear layers on
+    ``hidden_states.transpose(0, 1)``.  PyTorch's ``matmul`` folds such a 3-D input into one
+    ``mm`` only when the weight requires grad; for a *frozen* weight (AdaFedSelecKD's backbone,
+    FedMCP's) it broadcasts the weight to a batch of one copy per sequence position and calls
+    ``bmm``, and on the CPU in bfloat16 (oneDNN) that batch is materialised: a 1,024 x 1,024 weight
+    copied 2,048 times, 4 GB, per projection and pass.  Measured on this project's 2-core machine,
+    one thread, a frozen ``Linear(1024, 1024)`` on a transposed (512, 2, 1024) input: 2.2-2.8 s in
+    bfloat16 (weights or autocast) vs 0.016-0.018 s contiguous, and 0.088 vs 0.029 s in float32.
+    That made the CPU rehearsal's LED-large cell take over an hour (issue 23).  A forward pre-hook
+    (transformers has no option for it) copies the activation once to contiguous memory -- what
+    ``matmul`` itself does for a trainable weight -- so the projection is one ``mm``: the same
+    mathematics, not the same float32 rounding as the ``bmm`` path.  Other architectures do not
+    transpose before their projections and are left unchanged.
+    """
+    from torch import nn
+
+    hooked = 0
+    for module in model.modules():
+        if type(module).__name__ not in SEQUENCE_FIRST_ATTENTION:
+            continue
+        for child in module.children():
+            if isinstance(child, nn.Linear) and not getattr(child, "_fedrepro_contiguous", False):
+                child.register_forward_pre_hook(_contiguous_input)
+                child._fedrepro_contiguous = True
+                hooked += 1
+    return hooked
 
 
 def prepare_backbone(
