@@ -40,7 +40,7 @@ rule train_cell:
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
         gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
-        mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
+        mem_mb=lambda wildcards: wf.job_mem_mb(config, wildcards.backbone, "train", wildcards.method),
         runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"],
     priority: wf.rule_priority(config, "train_cell")
     log:
@@ -70,7 +70,8 @@ if ada.rows_enabled(config):
         resources:
             gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
             gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
-            mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
+            mem_mb=lambda wildcards: max(wf.job_mem_mb(config, wildcards.backbone, "train", c["method"])
+                                         for c in ada.row_cells(config, wildcards.partition, wildcards.backbone, wildcards.seed)),
             runtime=lambda wildcards: 3 * wf.job_resources(config, wildcards.backbone, "train")["runtime"],
         priority: wf.rule_priority(config, "train_cell")
         log:
@@ -97,7 +98,7 @@ if ada.rows_enabled(config):
         resources:
             gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["gpu"],
             gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "train")),
-            mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["mem_mb"],
+            mem_mb=lambda wildcards: wf.job_mem_mb(config, wildcards.backbone, "train", wildcards.method),
             runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "train")["runtime"]
             + wf.job_resources(config, wildcards.backbone, "evaluate")["runtime"],
         priority: wf.rule_priority(config, "train_cell")
@@ -126,7 +127,7 @@ rule evaluate_cell:
     resources:
         gpu=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["gpu"],
         gpu_mem_mb=lambda wildcards: wf.gpu_mem_mb(wf.job_resources(config, wildcards.backbone, "evaluate")),
-        mem_mb=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["mem_mb"],
+        mem_mb=lambda wildcards: wf.job_mem_mb(config, wildcards.backbone, "evaluate", wildcards.method),
         runtime=lambda wildcards: wf.job_resources(config, wildcards.backbone, "evaluate")["runtime"],
     log:
         "logs/evaluate_cell/adafedseleckd/{partition}/{backbone}/{method}/{scope}/seed~{seed}.log",

@@ -136,8 +136,8 @@ rule fedsum_train_row:
         gpu=wf.job_resources(config, "bert-base", "train")["gpu"],
         gpu_mem_mb=wf.gpu_mem_mb(wf.job_resources(config, "bert-base", "train")),
         # the row's methods one after the other: the largest of their declarations
-        mem_mb=max(wf.job_mem_mb(config, "bert-base", "train", m)
-                   for m in config.get("fedsum", {}).get("methods", [None])),
+        mem_mb=lambda w: max(wf.job_mem_mb(config, "bert-base", "train", c["method"])
+                             for c in wfsum.row_cells(config, w.fsum_setting, w.seed)),
         runtime=wf.job_resources(config, "bert-base", "train")["runtime"],
     log:
         "logs/fedsum_train_row/{fsum_setting}/seed~{seed}.log",

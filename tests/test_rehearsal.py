@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -266,6 +267,46 @@ def test_rehearsal_dry_run_resolves_every_cell(tmp_path):
     for rule in ("rehearse", "rehearsal_samples", "train_cell", "fedmcp_train_cell",
                  "fedsum_train_cell", "fedsumm_row", "backbone"):
         assert rule in out, rule
+
+
+def test_every_cell_rule_declares_its_methods_memory(tmp_path):
+    """mem_mb_by_method reaches every paper's cell jobs in the DAG (not only the plan's table):
+    AdaFedSelecKD's train and evaluate jobs (a variant such as AdaFedSelectKD~post declares as
+    its method), FedMCP's and FedSum's."""
+    from fedrepro import grid as wf
+
+    config = _paper_rehearsal()
+    config["backbones"]["bart-large"]["resources"]["train"]["mem_mb_by_method"] = {"AdaFedSelectKD": 7777}
+    assert wf.job_mem_mb(config, "bart-large", "train", "AdaFedSelectKD~post") == 7777
+    assert wf.job_mem_mb(config, "bart-large", "train", "AdaFedAvg") == \
+        config["backbones"]["bart-large"]["resources"]["train"]["mem_mb"]
+    over = tmp_path / "over.yaml"
+    over.write_text(yaml.safe_dump({"backbones": {
+        "bart-large": {"resources": {"train": {"mem_mb_by_method": {"AdaFedSelectKD": 7777}},
+                                     "evaluate": {"mem_mb_by_method": {"AdaFedKD": 6666}}}},
+        "bert-base": {"resources": {"train": {"mem_mb_by_method": {"FedProx": 5555}}}}}}))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), "-n",
+         "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(ROOT / "config/paper.yaml"), str(ROOT / "config/rehearsal.yaml"), str(over)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = {}  # (rule, method) -> mem_mb, bart-large's and Table 1's setting's jobs
+    for block in re.split(r"\n(?=(?:local)?rule )", proc.stdout):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        mem = re.search(r"\bmem_mb=(\d+)", block)
+        wildcards = dict(re.findall(r"(\w+)=([^,\s]+)", (re.search(r"wildcards: (.*)", block) or [""])[0]))
+        method = wildcards.get("method") or wildcards.get("fsum_method")
+        if rule and mem and method and wildcards.get("backbone", "bart-large") == "bart-large" \
+                and wildcards.get("fsum_setting", "fedsum-cnndm-a0.1") == "fedsum-cnndm-a0.1":
+            jobs[(rule.group(1), method)] = int(mem.group(1))
+    assert jobs[("train_cell", "AdaFedSelectKD")] == 7777
+    assert jobs[("train_cell", "AdaFedSelectKD~post")] == 7777
+    assert jobs[("train_cell", "AdaFedAvg")] == config["backbones"]["bart-large"]["resources"]["train"]["mem_mb"]
+    assert jobs[("evaluate_cell", "AdaFedKD")] == 6666
+    assert jobs[("fedsum_train_cell", "FedProx")] == 5555
+    assert jobs[("fedsum_train_cell", "SCAFFOLD")] == 23000
 
 
 # -- backbone fallback ----------------------------------------------------------------------

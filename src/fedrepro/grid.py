@@ -76,7 +76,8 @@ def job_resources(config: dict, backbone: str, job: str) -> dict:
 
 def job_mem_mb(config: dict, backbone: str, job: str, method: str | None = None) -> int:
     """The host memory (MB) a cell job of ``method`` declares: its entry in
-    ``backbones.<name>.resources.<job>.mem_mb_by_method`` if it has one, else the job's ``mem_mb``.
+    ``backbones.<name>.resources.<job>.mem_mb_by_method`` if it has one (a variant such as
+    ``AdaFedSelectKD~post`` falls back to its method's entry), else the job's ``mem_mb``.
 
     Methods of one backbone can differ severalfold -- FedMCP's full fine-tuning (FedAvg-FT) beside
     its PEFT methods, FedSum's SCAFFOLD (the control variates) beside FedAvg -- and a scheduler
@@ -89,7 +90,12 @@ def job_mem_mb(config: dict, backbone: str, job: str, method: str | None = None)
             f"config key backbones.{backbone}.resources.{job}.mem_mb_by_method: a mapping of "
             f"method to MB, got {by!r}"
         )
-    value = by.get(method, res["mem_mb"]) if method is not None else res["mem_mb"]
+    if method is None:
+        value = res["mem_mb"]
+    elif method in by:
+        value = by[method]
+    else:  # a variant (AdaFedSelectKD~post) declares as its method unless named itself
+        value = by.get(str(method).split("~")[0], res["mem_mb"])
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InputError(
             f"config key backbones.{backbone}.resources.{job}: mem_mb of {method or 'every method'} "

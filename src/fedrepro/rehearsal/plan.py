@@ -216,7 +216,7 @@ def _ada_cells(config: dict, cover: bool) -> list[dict]:
         out.append({"paper": "adafedseleckd", "cell": cell, "method": method, "backbone": backbone,
                     "setting": f"{partition}/{scope}",
                     "files": [f"{cell}/{n}" for n in ("provenance.json", "scores.json")],
-                    "jobs": {j: _job(f"{j}_cell", key, wf.job_resources(config, backbone, j))
+                    "jobs": {j: _job(f"{j}_cell", key, _method_resources(config, backbone, j, method))
                              for j in ("train", "evaluate")}})
     return out
 
