@@ -308,6 +308,36 @@ def main() -> None:
     backbone, folders = prepare(work, args, config)
     results = {}
     out = Path(args.out)
+
+    def write(cell) -> None:  # after every regime: a time limit keeps the regimes that finished
+        meta = json.loads((Path(backbone) / "fedrepro_backbone.json").read_text(encoding="utf-8"))
+        write_json_atomic(out, {
+            "benchmark": "fedsumm_round_overhead",
+            "what": ("FedSUMM and FedAvg cells (paper config + rehearsal overlay) at bart-base-chinese's "
+                     "true size (random weights) through run_cell, in-process engine: per round the wall "
+                     "seconds, the clients' step seconds, the overhead share 1 - steps/round and where the "
+                     "rest goes (phase timers; inclusive, nested phases prefixed by their parent)"),
+            "target": "a round costs only a few seconds beyond its steps (GPU); overhead share as low as possible",
+            "label": args.label,
+            "settings": {k: v for k, v in vars(args).items() if not k.startswith("child")}
+            | {"backbone_parameters": meta.get("parameters"),
+               "backbone": "fnlp/bart-base-chinese architecture, kind: shape (random weights)",
+               "cell": {k: cell[k] for k in ("train", "generation", "algorithm", "server_state",
+                                             "rouge_every_round", "rehearsal", "engine", "threads")}},
+            "regimes": results,
+            "machine": {"hostname": platform.node(), "platform": platform.platform(),
+                        "cpus": os.cpu_count(), "torch": torch.__version__,
+                        "python": platform.python_version(),
+                        "ram_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                        "loadavg_at_end": os.getloadavg(), "cuda": torch.cuda.is_available(),
+                        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                         text=True, check=False).stdout.strip(),
+            "git_dirty": bool(subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT,
+                                             capture_output=True, text=True, check=False).stdout.strip()),
+        })
+
     for regime in args.regimes.split(","):
         out_dir = Path(tempfile.mkdtemp(prefix=f"cell-{regime}-", dir=work))
         prof = str(out.with_name(f"{out.stem}_{regime}.prof.txt")) if args.profile else None
@@ -317,33 +347,7 @@ def main() -> None:
             print(f"[{regime}] round {x['round']}: {x['seconds']:.1f} s, steps "
                   f"{x['seconds_client_steps']:.1f} s, overhead {x['overhead_share']:.3f}",
                   file=sys.stderr, flush=True)
-    meta = json.loads((Path(backbone) / "fedrepro_backbone.json").read_text(encoding="utf-8"))
-    write_json_atomic(out, {
-        "benchmark": "fedsumm_round_overhead",
-        "what": ("FedSUMM and FedAvg cells (paper config + rehearsal overlay) at bart-base-chinese's "
-                 "true size (random weights) through run_cell, in-process engine: per round the wall "
-                 "seconds, the clients' step seconds, the overhead share 1 - steps/round and where the "
-                 "rest goes (phase timers; inclusive, nested phases prefixed by their parent)"),
-        "target": "a round costs only a few seconds beyond its steps (GPU); overhead share as low as possible",
-        "label": args.label,
-        "settings": {k: v for k, v in vars(args).items() if not k.startswith("child")}
-        | {"backbone_parameters": meta.get("parameters"),
-           "backbone": "fnlp/bart-base-chinese architecture, kind: shape (random weights)",
-           "cell": {k: cell[k] for k in ("train", "generation", "algorithm", "server_state",
-                                         "rouge_every_round", "rehearsal", "engine", "threads")}},
-        "regimes": results,
-        "machine": {"hostname": platform.node(), "platform": platform.platform(),
-                    "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "python": platform.python_version(),
-                    "ram_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-                    "loadavg_at_end": os.getloadavg(), "cuda": torch.cuda.is_available(),
-                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True, check=False).stdout.strip(),
-        "git_dirty": bool(subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT,
-                                         capture_output=True, text=True, check=False).stdout.strip()),
-    })
+        write(cell)
 
 
 if __name__ == "__main__":
