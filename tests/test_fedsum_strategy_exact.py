@@ -106,6 +106,32 @@ def test_scaffold_round_log_state_and_resume(task_identity, tmp_path, evaluated)
     assert not s.state_path(1).exists() and s.state_path(2).exists() and s.state_path(3).exists()
 
 
+def test_scaffold_server_reads_the_replies_tensor_by_tensor(task_identity, tmp_path, evaluated, monkeypatch):
+    """The SCAFFOLD server update gets each reply's y_i and Δc_i as RecordTensors (decoded one
+    tensor at a time, not every client's whole model and Δc at once: the CPU rehearsal's cell was
+    killed at 24 GB) and reaches the x and c of eagerly decoded dicts."""
+    rec = ArrayRecord(_t(DC[1]))
+    lazy = fss.RecordTensors(rec)
+    eager = rec.to_torch_state_dict()
+    assert list(lazy) == list(eager) and len(lazy) == len(eager) == 3
+    for k in eager:
+        assert torch.equal(lazy[k], eager[k]) and lazy[k].dtype == eager[k].dtype
+    seen, real = [], fss.scaffold_server_update
+
+    def spy(x, c, states, deltas, **kw):
+        seen.append([type(v).__name__ for v in (*states, *deltas)])
+        ref = real(x, c, [dict(v) for v in states], [dict(v) for v in deltas], **kw)
+        got = real(x, c, states, deltas, **kw)
+        for a, b in zip(ref, got):
+            assert all(torch.equal(a[k], b[k]) for k in a)
+        return got
+
+    monkeypatch.setattr(fss, "scaffold_server_update", spy)
+    extra = [{"scaffold-delta-c": ArrayRecord(_t(d))} for d in DC]
+    _round(server(fss.FedSumScaffold, tmp_path, "SCAFFOLD"), 1, X, Y, extra)
+    assert seen == [["RecordTensors"] * 6]
+
+
 def test_missing_server_state_is_an_error_and_fedavg_keeps_none(task_identity, tmp_path, evaluated):
     cell = make_cell(tmp_path, "SCAFFOLD")
     kw = dict(out_dir=tmp_path / "none", round_offset=2, expected_clients=3, fraction_train=1.0,
