@@ -69,9 +69,11 @@ lint: $(STAMP)
 # declared peaks (config/rehearsal.yaml) fit run side by side.  Default 85 % of this machine's RAM;
 # empty: no limit.
 REHEARSE_MEM_MB ?= $(shell awk '/^MemTotal:/ {printf "%d", $$2 / 1024 * 0.85}' /proc/meminfo 2>/dev/null)
+# --forcerun rehearse: after a failed run the report written below (for the failed cells) must not
+# count as the rule's output -- the next make rehearse retries the failed cells, not "nothing to be done"
 rehearse: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores all $(if $(REHEARSE_MEM_MB),--resources mem_mb=$(REHEARSE_MEM_MB)) \
-	  --keep-going --configfile config/paper.yaml config/rehearsal.yaml \
+	  --keep-going --forcerun rehearse --configfile config/paper.yaml config/rehearsal.yaml \
 	  || ($(BIN)/python -m fedrepro.rehearsal.report results/rehearsal; exit 1)
 	@cat results/rehearsal/report.md
 	FEDREPRO_REHEARSAL=1 FEDREPRO_REHEARSAL_DIR=$(CURDIR) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests/test_rehearsal_cells.py
