@@ -362,7 +362,8 @@ class FedSumFedNova(FedSumRunnerStrategy):
     def aggregate_arrays(self, absolute_round: int, replies: list[Message]):
         steps = [int(m.content["metrics"]["local-steps"]) for m in replies]
         ns = [int(m.content["metrics"]["num-examples"]) for m in replies]
-        x = fednova_aggregate(self._current, [self.reply_state(m) for m in replies], steps, ns)
+        # per tensor: the replies read tensor by tensor (RecordTensors), as SCAFFOLD's
+        x = fednova_aggregate(self._current, [RecordTensors(m.content["arrays"]) for m in replies], steps, ns)
         self._evaluated = x
         return ArrayRecord(x), self.reply_metrics(replies)
 
