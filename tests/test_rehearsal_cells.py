@@ -25,6 +25,10 @@ pytestmark = pytest.mark.rehearsal
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = "results/rehearsal"  # the rehearsal's working directory inside a repository
+# make rehearse's config: the Snakefile's own `configfile: config/config.yaml` is relative to the
+# working directory, which --directory moves, so it is named here; without it the backbones'
+# params differ and every cell of make rehearse's own run would be retrained by these tests
+CONFIGS = [str(ROOT / f"config/{name}.yaml") for name in ("config", "paper", "rehearsal")]
 # (Snakemake ignores the Snakefile's ``workdir:`` when --directory is given: the tests pass the
 # rehearsal's working directory itself)
 
@@ -54,7 +58,7 @@ def rehearsed(tmp_path_factory):
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "snakemake"), *targets, "--cores", "all",
          "--snakefile", str(ROOT / "Snakefile"), "--directory", str(work),
-         "--configfile", str(ROOT / "config/paper.yaml"), str(ROOT / "config/rehearsal.yaml")],
+         "--configfile", *CONFIGS],
         capture_output=True, text=True, timeout=3600, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -111,7 +115,7 @@ def test_real_qmsum_through_the_paper_path(tmp_path, shared_data):
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "snakemake"), f"{cell}/scores.json", "--cores", "all",
          "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
-         "--configfile", str(ROOT / "config/paper.yaml"), str(ROOT / "config/rehearsal.yaml"), str(overlay)],
+         "--configfile", *CONFIGS, str(overlay)],
         capture_output=True, text=True, timeout=3600, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
