@@ -73,7 +73,8 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     # the tasks' client rounds (what a ClientApp calls: load, train, what is sent), against the
     # step tests that call them
     "adafedseleckd.task": (f"{PAPERS}/adafedseleckd/task.py",
-                           ["tests/test_step_adafedseleckd.py", "tests/test_kd_fires.py"]),
+                           ["tests/test_step_adafedseleckd.py", "tests/test_kd_fires.py",
+                            "tests/test_ada_methods.py"]),
     "fedmcp.task": (f"{PAPERS}/fedmcp/task.py", ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py",
                                                 "tests/test_fedmcp_client_round.py"]),
     "fedsum.task": (f"{PAPERS}/fedsum/task.py", ["tests/test_step_fedsum.py", "tests/test_fedsum_exact.py",
