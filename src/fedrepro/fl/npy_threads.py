@@ -19,7 +19,6 @@ project's threaded code).
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import sys
@@ -32,12 +31,6 @@ _LOCK = threading.Lock()
 def affected(version: tuple = tuple(sys.version_info[:3])) -> bool:
     """Whether this interpreter has gh-106905 (AST construction not thread-safe)."""
     return (3, 11, 0) <= version < (3, 11, 8) or (3, 12, 0) <= version < (3, 12, 2)
-
-
-def locked_literal_eval(node_or_string):
-    """``ast.literal_eval`` under the same lock (for the project's own callers in threads)."""
-    with _LOCK:
-        return ast.literal_eval(node_or_string)
 
 
 def _format_modules() -> list[types.ModuleType]:
@@ -71,12 +64,16 @@ def install(force: bool = False) -> bool:
         return False
     mods = _format_modules()
     for mod in mods:
-        if not getattr(mod._read_array_header, "__fedrepro_locked__", False):
+        if not _is_locked(mod):
             mod._read_array_header = _locked(mod._read_array_header)
     return bool(mods)
+
+
+def _is_locked(mod: types.ModuleType) -> bool:
+    return getattr(mod._read_array_header, "__fedrepro_locked__", False)
 
 
 def installed() -> bool:
     """Whether every NumPy format module reads its headers under the lock."""
     mods = _format_modules()
-    return bool(mods) and all(getattr(m._read_array_header, "__fedrepro_locked__", False) for m in mods)
+    return bool(mods) and all(_is_locked(m) for m in mods)

@@ -63,7 +63,7 @@ from fedrepro.papers.fedsum.baselines import (
     zeros_like_state,
 )
 from fedrepro.papers.fedsum import task as task
-from fedrepro.fl.strategy import SortedCheckpointFedAvg, payload_bytes
+from fedrepro.fl.strategy import RecordTensors, SortedCheckpointFedAvg, payload_bytes
 from fedrepro.io import InputError, torch_save_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -283,24 +283,6 @@ class FedSumFedProx(FedProx, FedSumRunnerStrategy):
 
     def records_for(self, absolute_round: int, client: str) -> dict:
         return {"fedprox": ConfigRecord({"proximal-mu": self.proximal_mu})}
-
-
-class RecordTensors(Mapping):
-    """An ``ArrayRecord``'s tensors as a read-only mapping that decodes each when it is read
-    (``torch.from_numpy(record[k].numpy())``, what Flower's ``to_torch_state_dict`` does for all
-    of them at once): a per-tensor server update then holds one decoded tensor per client."""
-
-    def __init__(self, record: ArrayRecord) -> None:
-        self._record = record
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return torch.from_numpy(self._record[key].numpy())
-
-    def __iter__(self):
-        return iter(self._record)
-
-    def __len__(self) -> int:
-        return len(self._record)
 
 
 class FedSumScaffold(FedSumRunnerStrategy):

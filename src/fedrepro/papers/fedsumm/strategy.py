@@ -89,7 +89,7 @@ from fedrepro.papers.fedsumm.task import (
     REPLY_STEPS,
     pool_evaluation,
 )
-from fedrepro.fl.strategy import SortedCheckpointFedAvg, payload_bytes
+from fedrepro.fl.strategy import RecordTensors, SortedCheckpointFedAvg, payload_bytes
 from fedrepro.io import InputError, atomic_path, read_json, write_json_atomic
 
 Tensors = Mapping[str, torch.Tensor]
@@ -145,14 +145,6 @@ def _saved_rounds(out_dir: str | Path) -> list[int]:
     if not folder.exists():
         return []
     return sorted(int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("fedsumm_server_round_*.pt"))
-
-
-def _lazy_arrays(arrays: ArrayRecord) -> LazyTensors:
-    """An ``ArrayRecord`` as ``{name: Tensor}`` converted one tensor at a time (as
-    ``to_torch_state_dict`` converts them, without holding a second copy of the whole record)."""
-    return LazyTensors(
-        {k: tuple(arrays[k].shape) for k in arrays}, lambda k: torch.from_numpy(arrays[k].numpy())
-    )
 
 
 def _jsonable(x):
@@ -305,7 +297,7 @@ class FedSummStrategy(SortedCheckpointFedAvg):
             # converted (or read from the wave spool) tensor by tensor when the server reads them:
             # no second copy of every reply
             params = (LazyTensors(*self.spooled_arrays(pid)) if pid in self._spooled
-                      else _lazy_arrays(m.content["arrays"]))
+                      else RecordTensors(m.content["arrays"]))
             if "train-loss" not in metrics:
                 raise RuntimeError(f"round {absolute_round}: client {client} sent no train-loss")
             if self.algorithm.client_gradient == "delta":
@@ -319,7 +311,7 @@ class FedSummStrategy(SortedCheckpointFedAvg):
                     raise RuntimeError(
                         f"round {absolute_round}: client {client} sent no {REPLY_GRADIENT!r} record"
                     )
-                gradient = _lazy_arrays(m.content[REPLY_GRADIENT])
+                gradient = RecordTensors(m.content[REPLY_GRADIENT])
             client_replies[client] = ClientReply(params, gradient, float(metrics["train-loss"]))
         # the parameter-sized arithmetic (rho, norms) on the cell's GPU when it has one
         with server_compute_device(cell_device(self.cell)):
