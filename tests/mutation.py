@@ -74,12 +74,13 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     # step tests that call them
     "adafedseleckd.task": (f"{PAPERS}/adafedseleckd/task.py",
                            ["tests/test_step_adafedseleckd.py", "tests/test_kd_fires.py",
-                            "tests/test_ada_methods.py"]),
+                            "tests/test_ada_methods.py", "tests/test_ada_client_round.py"]),
     "fedmcp.task": (f"{PAPERS}/fedmcp/task.py", ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py",
                                                 "tests/test_fedmcp_client_round.py"]),
     "fedsum.task": (f"{PAPERS}/fedsum/task.py", ["tests/test_step_fedsum.py", "tests/test_fedsum_exact.py",
                                                  "tests/test_fedsum_client_round.py"]),
-    "fedsumm.task": (f"{PAPERS}/fedsumm/task.py", ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py"]),
+    "fedsumm.task": (f"{PAPERS}/fedsumm/task.py", ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py",
+                                                  "tests/test_fedsumm_client_round.py"]),
 }
 
 # The task modules are mostly loading, evaluation and row bookkeeping; their mutation scope is the
@@ -102,10 +103,20 @@ FUNCTIONS: dict[str, list[str]] = {
 }
 
 
-def mutant_globs(module: str) -> list[str]:
-    """The mutant names ``mutmut run`` is given for ``module`` (none: every mutant of the file)."""
+def mutant_globs(module: str, functions: list[str] | None = None) -> list[str]:
+    """The mutant names ``mutmut run`` is given for ``module`` (none: every mutant of the file);
+    ``functions`` (``--functions``) narrows them to those functions (methods: ``Class.method``
+    is mutmut's ``xǁClassǁmethod``)."""
     dotted = SCOPE[module][0][len("src/"):-len(".py")].replace("/", ".")
-    return [f"{dotted}.x_{fn}__mutmut_*" for fn in FUNCTIONS.get(module, [])]
+    names = functions if functions else FUNCTIONS.get(module, [])
+    out = []
+    for fn in names:
+        if "." in fn:
+            cls, meth = fn.split(".", 1)
+            out.append(f"{dotted}.x\u01c1{cls}\u01c1{meth}__mutmut_*")
+        else:
+            out.append(f"{dotted}.x_{fn}__mutmut_*")
+    return out
 
 
 # what the tests read besides src/ and tests/ (configs, the generated samples' code, workflow)
@@ -178,16 +189,16 @@ def score(work: Path, path: str) -> dict:
     return {"mutants": len(codes), **counts, "score": round(killed / judged, 4) if judged else None}
 
 
-def run(module: str, max_children: int) -> dict:
+def run(module: str, max_children: int, functions: list[str] | None = None) -> dict:
     path, _ = SCOPE[module]
     work = prepare(module)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
     t0 = time.monotonic()
     with open(work / "mutmut.log", "w") as log:
         rc = subprocess.call([str(Path(sys.executable).parent / "mutmut"), "run",
-                              "--max-children", str(max_children), *mutant_globs(module)], cwd=work,
+                              "--max-children", str(max_children), *mutant_globs(module, functions)], cwd=work,
                              env=env, stdout=log, stderr=subprocess.STDOUT)
-    scope = {"functions": FUNCTIONS[module]} if module in FUNCTIONS else {}
+    scope = {"functions": functions or FUNCTIONS[module]} if functions or module in FUNCTIONS else {}
     return {"module": module, "file": path, "rc": rc, "wall_s": round(time.monotonic() - t0, 1),
             **scope, **score(work, path)}
 
@@ -204,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("modules", nargs="*", help=f"default: all of {list(SCOPE)}")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--functions", nargs="+", metavar="NAME",
+                    help="only these functions of the module (Class.method for a method): a partial "
+                         "run, its score covers them only")
     args = ap.parse_args(argv)
     if args.list:
         for name, (path, tests) in SCOPE.items():
@@ -215,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"mutation: unknown module(s) {unknown}; known: {list(SCOPE)}")
     results_path = WORK / "scores.json"
     for module in args.modules or list(SCOPE):
-        res = run(module, args.max_children)
+        res = run(module, args.max_children, args.functions)
         _write_json(WORK / module / "score.json", res)
         print(json.dumps(res), flush=True)
     # every module's last score (runs of single modules, in parallel or not, each add theirs)

@@ -104,6 +104,10 @@ def test_the_teacher_of_round_r_is_the_servers_aggregate_of_round_r_minus_1(worl
             loaded.append((current_round["r"], {k: v.clone() for k, v in state.items()}))
         return original(self, role, state)
 
+    # built (and cached) before the spies: building it loads W^1 into both roles, which counted
+    # as one more "global" load of round 1 when this test ran first (alone, or early in a
+    # mutation run's test order)
+    task.get_model(cell)
     monkeypatch.setattr(task, "client_train_round", spy_round)
     monkeypatch.setattr(AdapterSummarizer, "load_adapter_state", spy_load)
     out = cell["out_dir"]
@@ -148,6 +152,10 @@ def test_local_start_reads_algorithm_1_either_way(world, monkeypatch, start):
             loaded.append((current["r"], current["client"], {k: v.clone() for k, v in state.items()}))
         return original(self, role, state)
 
+    # built (and cached) before the spies: building it loads W^1 into both roles, which counted
+    # as one more "global" load of round 1 when this test ran first (alone, or early in a
+    # mutation run's test order)
+    task.get_model(cell)
     monkeypatch.setattr(task, "client_train_round", spy_round)
     monkeypatch.setattr(AdapterSummarizer, "load_adapter_state", spy_load)
     out = cell["out_dir"]
