@@ -37,6 +37,13 @@ nested phases are listed with their parent as prefix, e.g. ``client.train/build_
   round trains (:mod:`fedrepro.fl.strategy`), listed as ``background/server.server_step`` and
   ``background/server.save_global`` (outside the round's clock, so not in ``other``).
 
+``page_cache`` per round (Linux): the largest ``Dirty`` and ``Writeback`` of ``/proc/meminfo`` in MB,
+sampled every 0.25 s by a thread of the child, and ``Dirty`` when each server-state save began --
+to test the reading of the H200 profile (34.8 s inside one ``torch.save`` of the few-kB disk-storage
+server state): the kernel throttling a writer while the round's ~10 GB of spooled replies and
+vector files wait to reach the disk.  ``--storage memory`` keeps the server's vectors in RAM
+(``fedsumm.server_state.storage``; the paper config's ``disk`` by default) for a side-by-side run.
+
 ``other`` is the round's seconds not in a top-level phase.  ``--profile`` writes a cProfile top 40
 by cumulative time of each regime's child next to the JSON (``<out stem>_<regime>.prof.txt``).
 """
@@ -130,6 +137,8 @@ def make_cell(config: dict, backbone: str, folders: dict, regime: str, out_dir: 
         "gpus_per_client": 1.0 if args.device == "cuda" else 0.0,
     })
     cell["train"]["rounds"] = args.rounds
+    if args.storage:
+        cell["server_state"] = dict(cell["server_state"], storage=args.storage)
     cell["rehearsal"] = {"examples_per_client": args.examples, "eval_examples": args.examples}
     return cell
 
@@ -209,13 +218,61 @@ def install_timers(phases: Phases) -> None:
     S.configure_train = configure_train
 
 
+def _meminfo_mb(keys=("Dirty", "Writeback")) -> dict[str, float]:
+    """``/proc/meminfo``'s ``keys`` in MB ({} where there is no such file)."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in keys:
+            out[name] = int(rest.split()[0]) / 1024
+    return out
+
+
+class PageCacheSampler(threading.Thread):
+    """Largest ``Dirty`` / ``Writeback`` (MB) per round, sampled every ``every`` seconds."""
+
+    def __init__(self, phases: Phases, every: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.phases, self.every = phases, every
+        self.peak: dict[int, dict[str, float]] = defaultdict(dict)
+        self.at_save: dict[int, list[float]] = defaultdict(list)
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.every):
+            self.sample()
+
+    def sample(self) -> None:
+        peak = self.peak[self.phases.round]
+        for k, v in _meminfo_mb().items():
+            peak[k] = max(peak.get(k, 0.0), round(v, 1))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
 def child(cell_file: str, profile_out: str | None) -> None:
     from fedrepro.fl.cell import run_cell
+    from fedrepro.papers.fedsumm import strategy
 
     cell = json.loads(Path(cell_file).read_text(encoding="utf-8"))
     out = Path(cell["out_dir"])
     phases = Phases()
     install_timers(phases)
+    sampler = PageCacheSampler(phases)
+    save = strategy.FedSummStrategy.save_server_state
+
+    def save_server_state(self, absolute_round):  # the page cache when the save begins
+        sampler.at_save[phases.round].append(round(_meminfo_mb().get("Dirty", float("nan")), 1))
+        return save(self, absolute_round)
+
+    strategy.FedSummStrategy.save_server_state = save_server_state
+    sampler.start()
     prof = cProfile.Profile() if profile_out else None
     if prof:
         prof.enable()
@@ -223,6 +280,7 @@ def child(cell_file: str, profile_out: str | None) -> None:
     run_cell(cell, str(out / "adapters.safetensors"), str(out / "train_log.json"),
              str(out / "provenance.json"))
     wall = time.perf_counter() - t0
+    sampler.stop()
     if prof:
         prof.disable()
         s = io.StringIO()
@@ -232,6 +290,9 @@ def child(cell_file: str, profile_out: str | None) -> None:
         "wall_s": wall,
         "seconds": {r: dict(v) for r, v in phases.seconds.items()},
         "calls": {r: dict(v) for r, v in phases.calls.items()},
+        "page_cache": {r: {"peak_mb": dict(sampler.peak.get(r, {})),
+                           "dirty_mb_at_server_state_save": sampler.at_save.get(r, [])}
+                       for r in sorted(set(sampler.peak) | set(sampler.at_save))},
     }), encoding="utf-8")
 
 
@@ -262,6 +323,7 @@ def run_regime(cell: dict, work: Path, profile_out: str | None) -> dict:
             "seconds_other": r["seconds"] - sum(top.values()),
             "breakdown": breakdown,
             "calls": phases["calls"].get(str(r["round"]), {}),
+            "page_cache": phases.get("page_cache", {}).get(str(r["round"])),
         })
     later = rounds[1:]
     return {
@@ -288,6 +350,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--profile", action="store_true", help="cProfile top 40 (cumulative) per regime")
     ap.add_argument("--work-dir", default=None, help="keeps the shape backbone between runs")
+    ap.add_argument("--storage", default=None, choices=("memory", "disk"),
+                    help="the server's vectors in RAM or on disk (default: the paper config's)")
     ap.add_argument("--label", default=None, help="a free-form note stored in the JSON (e.g. before/after)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-profile", default=None, help=argparse.SUPPRESS)

@@ -18,7 +18,9 @@
 #      more), GPU_CHECK_SKIP_BENCH=1 (the quiet benchmarks), GPU_CHECK_SKIP_REHEARSAL=1,
 #      GPU_CHECK_BESIDE=led|fedsumm|none (the benchmark beside the rehearsal), REHEARSE_* (passed on),
 #      GPU_CHECK_FEDSUMM_PROFILE=N (FedSUMM's round at N clients, alone, with a profile; regimes
-#      GPU_CHECK_FEDSUMM_REGIMES, default FedAvg,FedSUMM).
+#      GPU_CHECK_FEDSUMM_REGIMES, default FedAvg,FedSUMM; GPU_CHECK_FEDSUMM_STORAGE=memory|disk: the
+#      server state's storage, default the paper config's disk; the JSON records the page cache's
+#      Dirty/Writeback per round).
 set -u
 T0=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET_S:-540}
@@ -81,7 +83,8 @@ if [ -n "${GPU_CHECK_FEDSUMM_PROFILE:-}" ]; then  # N: FedSUMM's round at N clie
   bench fedsumm_round_profile 240 "$PY" bench/fedsumm_round_overhead.py --device cuda \
     --regimes "${GPU_CHECK_FEDSUMM_REGIMES:-FedAvg,FedSUMM}" --clients "$GPU_CHECK_FEDSUMM_PROFILE" \
     --rounds 2 --threads "${GPU_CHECK_REHEARSE_THREADS:-4}" --profile --work-dir /tmp/fso \
-    --out "$B/fedsumm_round_overhead_h100_n${GPU_CHECK_FEDSUMM_PROFILE}.json"
+    ${GPU_CHECK_FEDSUMM_STORAGE:+--storage "$GPU_CHECK_FEDSUMM_STORAGE"} \
+    --out "$B/fedsumm_round_overhead_h100_n${GPU_CHECK_FEDSUMM_PROFILE}${GPU_CHECK_FEDSUMM_STORAGE:+_$GPU_CHECK_FEDSUMM_STORAGE}.json"
 fi
 say "quiet benchmarks done; $(left)s left"
 tar -czf "$OUT/bench_quiet.tar.gz" -C "$OUT" bench && rm -rf "$B" && mkdir -p "$B"
