@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,7 @@ ADA_TESTS = ["tests/test_step_adafedseleckd.py", "tests/test_ada_methods.py", "t
              "tests/test_kd_fires.py", "tests/test_kd_exact.py", "tests/test_ada_strategy_exact.py",
              "tests/test_precision.py"]
 MCP_TESTS = ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py", "tests/test_mcp.py",
-             "tests/test_mcp_exact.py", "tests/test_precision.py", "tests/test_fedmcp_build_exact.py"]
+             "tests/test_mcp_exact.py", "tests/test_precision.py", "tests/test_fedmcp_build_exact.py", "tests/test_fedmcp_round_stats.py"]
 SUM_TESTS = ["tests/test_step_fedsum.py", "tests/test_fedsum.py", "tests/test_fedsum_baselines.py",
              "tests/test_fedsum_exact.py", "tests/test_precision.py"]
 SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py",
@@ -203,6 +204,49 @@ def run(module: str, max_children: int, functions: list[str] | None = None) -> d
             **scope, **score(work, path)}
 
 
+def rerun_survivors(module: str, max_children: int) -> dict:
+    """Run again, against today's tests, only the mutants of ``module``'s last run that no test
+    caught (survived, timeout, suspicious, no tests): the snapshot's ``tests/`` and its test
+    selection (``SCOPE``) are refreshed first, the source snapshot is kept (a changed source file
+    needs a full run).  The score then counts every mutant of the last full run."""
+    from mutmut.stats import status_by_exit_code  # noqa: PLC0415 (only installed for make mutation)
+
+    path, tests = SCOPE[module]
+    work = WORK / module
+    meta = work / "mutants" / (path + ".meta")
+    if not meta.exists():
+        raise SystemExit(f"mutation: {module}: no earlier run in {work}; run `make mutation MODULES={module}` first")
+    codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+    done = (KILLED, "skipped", "caught by type check", "not checked")
+    left = sorted(k for k, c in codes.items() if status_by_exit_code[c] not in done)
+    for dst in (work / "tests", work / "mutants" / "tests"):
+        if dst.exists():
+            shutil.rmtree(dst)
+            _copy(ROOT / "tests", dst)
+    cfg = work / "pyproject.toml"
+    cfg.write_text(re.sub(r"^pytest_add_cli_args_test_selection = .*$",
+                          lambda _: f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
+                          cfg.read_text(), flags=re.M))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    t0 = time.monotonic()
+    rc = 0
+    if left:
+        with open(work / "mutmut-rerun.log", "w") as log:
+            rc = subprocess.call([str(Path(sys.executable).parent / "mutmut"), "run",
+                                  "--max-children", str(max_children), *left], cwd=work, env=env,
+                                 stdout=log, stderr=subprocess.STDOUT)
+        # mutmut may forget the results of the mutants it was not asked to run: keep the last
+        # run's for those, today's for the rerun ones
+        data = json.loads(meta.read_text())
+        new = data.get("exit_code_by_key", {})
+        data["exit_code_by_key"] = {**codes, **{k: new[k] for k in left if new.get(k) is not None}}
+        meta.write_text(json.dumps(data))
+    previous = json.loads((work / "score.json").read_text()) if (work / "score.json").exists() else {}
+    scope = {k: previous[k] for k in ("functions",) if k in previous}
+    return {"module": module, "file": path, "rc": rc, "rerun_of": len(left),
+            "rerun_wall_s": round(time.monotonic() - t0, 1), **scope, **score(work, path)}
+
+
 def _write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -215,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("modules", nargs="*", help=f"default: all of {list(SCOPE)}")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--survivors", action="store_true",
+                    help="rerun only the mutants the module's last run left alive, against today's tests")
     ap.add_argument("--functions", nargs="+", metavar="NAME",
                     help="only these functions of the module (Class.method for a method): a partial "
                          "run, its score covers them only")
@@ -229,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"mutation: unknown module(s) {unknown}; known: {list(SCOPE)}")
     results_path = WORK / "scores.json"
     for module in args.modules or list(SCOPE):
-        res = run(module, args.max_children, args.functions)
+        res = (rerun_survivors(module, args.max_children) if args.survivors
+               else run(module, args.max_children, args.functions))
         _write_json(WORK / module / "score.json", res)
         print(json.dumps(res), flush=True)
     # every module's last score (runs of single modules, in parallel or not, each add theirs)

@@ -190,6 +190,8 @@ def test_update_direction_readings_hand_computation():
         avg = FedAvgServer(FedSummConfig(epsilon=EPS, reading=reading), ["c1", "c2"], seed=0)
         w_avg, log_avg = avg.server_round(1, w_t, replies)
         assert log_avg["rho"] == log["rho"] and "update_difference" not in log_avg
+        assert log_avg["round"] == 1 and log_avg["clients"] == ["c1", "c2"]
+        assert log_avg["losses"] == {c: float(replies[c].loss) for c in ("c1", "c2")}
         assert torch.allclose(w_avg["a"], torch.tensor([2.0, 2.0]))
 
 

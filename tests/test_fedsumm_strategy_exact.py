@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, MetricRecord, RecordDict
 
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.fl.checkpoint import checkpoint_paths
@@ -54,6 +54,9 @@ class Grid:
         for m in messages:
             pid = {v: k for k, v in NODES.items()}[m.metadata.dst_node_id]
             nll, tokens, val, rouge, n = EVAL[pid]
+            if self.fail == "error" and pid in (1, 2):  # partitions 1 and 2 answer with an error
+                out.append(Message(Error(code=0, reason=f"client {pid} broke"), reply_to=m))
+                continue
             if self.fail and pid == 1:
                 continue  # partition 1 never answers
             out.append(Message(RecordDict({"metrics": MetricRecord({
@@ -168,7 +171,14 @@ def test_evaluation_without_an_answer_stops_the_round(task_identity, tmp_path):
     with pytest.raises(RuntimeError, match="evaluation failed"):
         _train(s, 1, 1, _flat(W0), Grid(fail=True))
     failure = json.loads((tmp_path / "run" / "checkpoints" / "failure.json").read_text())
-    assert failure["round"] == 1 and "partition(s) [1]" in failure["reason"]
+    assert failure["round"] == 1 and failure["reason"].startswith("evaluation: ")
+    assert "partition(s) [1]" in failure["reason"]
+    # clients that answer with an error: their reasons, in partition order
+    s = _strategy(_cell("FedAvg"), tmp_path / "run2")
+    with pytest.raises(RuntimeError, match="round 1 evaluation failed: client 1 broke; client 2 broke$"):
+        _train(s, 1, 1, _flat(W0), Grid(fail="error"))
+    failure = json.loads((tmp_path / "run2" / "checkpoints" / "failure.json").read_text())
+    assert failure == {"round": 1, "reason": "client 1 broke; client 2 broke"}
 
 
 def test_zero_tokens_give_no_perplexity_and_infinite_numbers_become_null(task_identity, tmp_path):
@@ -259,7 +269,7 @@ def _updates(t: int, w_t: dict) -> list[OrderedDict]:
 
 
 DP = {"enabled": True, "noise_multiplier": 0.7, "delta": 1e-4, "clipping": "adaptive",
-      "initial_clip_norm": 2.0, "target_quantile": 0.5, "clip_norm_lr": 0.3,
+      "initial_clip_norm": 2.0, "target_quantile": 0.4, "clip_norm_lr": 0.3,
       "clipped_count_stddev": 0.5, "regimes": ["FedAvg"]}
 
 
@@ -275,7 +285,7 @@ def test_adaptive_dp_round_uses_c_t_its_seeded_noise_and_resumes_with_c_t_plus_1
     _, w1, m1, meta1 = _train(s, 1, 1, w0, Grid())
     gen = torch.Generator().manual_seed(derive_seed(5, "fedsumm-dp", 1))
     mean, info = dp_adaptive_clip_mean(_updates(1, w0), clip_norm=2.0, noise_multiplier=0.7,
-                                       clipped_count_stddev=0.5, target_quantile=0.5,
+                                       clipped_count_stddev=0.5, target_quantile=0.4,
                                        clip_norm_lr=0.3, generator=gen)
     for k in w1:
         _close(w1[k], [a + b for a, b in zip(w0[k], mean[k].reshape(-1).double().tolist())])
@@ -291,7 +301,7 @@ def test_adaptive_dp_round_uses_c_t_its_seeded_noise_and_resumes_with_c_t_plus_1
     _, w2, m2, meta2 = _train(s, 2, 2, w1, Grid())
     gen = torch.Generator().manual_seed(derive_seed(5, "fedsumm-dp", 2))
     mean2, _ = dp_adaptive_clip_mean(_updates(2, w1), clip_norm=c2, noise_multiplier=0.7,
-                                     clipped_count_stddev=0.5, target_quantile=0.5,
+                                     clipped_count_stddev=0.5, target_quantile=0.4,
                                      clip_norm_lr=0.3, generator=gen)
     for k in w2:
         _close(w2[k], [a + b for a, b in zip(w1[k], mean2[k].reshape(-1).double().tolist())])
