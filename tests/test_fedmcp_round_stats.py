@@ -136,3 +136,22 @@ def test_loras_dropout_follows_the_mode_and_the_backbone_stays_in_eval():
     assert others and not any(m.training for m in others)
     model.eval()
     assert not any(m.training for d in drops for m in d.modules())
+
+
+@pytest.mark.parametrize("name", ["MOON", "FedRep"])
+def test_bf16_mixed_reaches_every_phase_of_the_round(name):
+    """``precision: bf16-mixed`` runs the forward of every step under bf16 autocast (on the CPU
+    too), so the round's trained tensors differ from fp32's -- in MOON's round and in both of
+    FedRep's phases (the head-only run: head_epochs 1, epochs 0; the body-only: 0 and 1)."""
+    for head_epochs, epochs in ((1, 0), (0, 1)):
+        hp = dataclasses.replace(step.HP, head_epochs=head_epochs, epochs=epochs)
+        if name == "MOON" and epochs == 0:
+            continue
+        out = {}
+        for mode in ("fp32", "bf16-mixed"):
+            model = step.build(name).float()
+            received = model.shared_state()
+            local_update(model, name, step.make_batches(2), hp, received, precision=mode)
+            out[mode] = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+        moved = [k for k in out["fp32"] if not torch.equal(out["fp32"][k], out["bf16-mixed"][k])]
+        assert moved, (name, head_epochs, epochs)
