@@ -155,3 +155,21 @@ def test_bf16_mixed_reaches_every_phase_of_the_round(name):
             out[mode] = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
         moved = [k for k in out["fp32"] if not torch.equal(out["fp32"][k], out["bf16-mixed"][k])]
         assert moved, (name, head_epochs, epochs)
+
+
+def test_hparams_epochs_are_integers_and_mismatched_shared_tensors_are_named():
+    hp = methods.LocalHParams.from_config({"epochs": "2", "head_epochs": 3.0, "gamma": "0.25", "other": 1})
+    assert (hp.epochs, hp.head_epochs, hp.gamma) == (2, 3, 0.25)
+    assert type(hp.epochs) is int and type(hp.head_epochs) is int
+    model = step.build("FedMCP")
+    shared = model.shared_state()
+    first = next(iter(shared))
+    with pytest.raises(ValueError, match="^" + re.escape(f"FedMCP shared state keys differ: missing ['{first}']")):
+        model.load_shared_state(OrderedDict(list(shared.items())[1:]))
+
+
+@pytest.mark.parametrize("name", ["FedAvg-FT", "FedLR"])
+def test_a_classifier_models_head_is_its_classification_layer(name):
+    model = step.build(name)
+    head = model.head_parameters()
+    assert head and [id(p) for p in head] == [id(p) for p in model.head.parameters()]
