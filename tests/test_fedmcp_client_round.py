@@ -73,7 +73,8 @@ def calls(monkeypatch):
     def spy(model, spec, batches, hp, server_state, prev, precision=None):
         entry = {"private_in": _clone(task.private_state(model)),
                  "server": None if server_state is None else _clone(server_state),
-                 "prev": None if prev is None else _clone(prev), "batches": [batches(0), batches(1)]}
+                 "prev": None if prev is None else _clone(prev), "batches": [batches(0), batches(1)],
+                 "torch_seed": torch.initial_seed()}
         stats = real(model, spec, batches, hp, server_state, prev, precision=precision)
         entry["stats"] = stats
         entry["private_out"] = _clone(task.private_state(model))
@@ -198,6 +199,32 @@ def test_the_batches_are_a_seeded_shuffle_per_seed_client_round_and_epoch():
     assert sorted(b["attention_mask"].sum(1).tolist()) == sorted(
         (b["input_ids"] != 0).sum(1).tolist())
     assert max(lengths) >= b["input_ids"].shape[1]
+
+
+def test_the_seed_streams_are_the_documented_ones(backbone_dir, tmp_path, calls):
+    """The exact streams (not only "different inputs give different streams"): the batch order of
+    (seed, client, round, epoch, "fedmcp-batches"), the private tensors' initialisation from
+    (seed, "fedmcp-init", client) and the round's torch stream (seed, client, round, "fedmcp-torch")."""
+    from fedrepro.data.seq2seq import derive_seed
+    from fedrepro.papers.fedmcp.methods import build_model
+
+    examples = tuple((tuple(range(1, 2 + i % 4)), i % 3) for i in range(10))
+    for seed, client, r, e in ((1, "a", 1, 0), (3, "MRPC", 2, 1)):
+        got = task.epoch_batches(examples, 4, seed, client, r, 0)(e)
+        g = torch.Generator().manual_seed(derive_seed(seed, client, r, e, "fedmcp-batches"))
+        order = torch.randperm(len(examples), generator=g).tolist()
+        assert [y for b in got for y in b["labels"].tolist()] == [examples[i][1] for i in order]
+    cell = _cell(tmp_path, backbone_dir, "FedRep", seed=5)
+    model = task.build_client_model(cell, "MRPC")
+    base = task._encoder(str(cell["backbone_dir"]), 5)
+    import copy
+
+    torch.manual_seed(derive_seed(5, "fedmcp-init", "MRPC"))
+    want = build_model("FedRep", copy.deepcopy(base), task.num_labels("MRPC"), cell["model"])
+    assert _equal(task.private_state(model), task.private_state(want))
+    server = task.initial_state(cell)
+    task.client_train_round(cell, "MRPC", 2, server)
+    assert calls[-1]["torch_seed"] == derive_seed(5, "MRPC", 2, "fedmcp-torch")
 
 
 def test_private_tensors_start_from_the_cell_seed_and_the_client(backbone_dir, tmp_path):

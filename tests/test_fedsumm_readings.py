@@ -534,3 +534,19 @@ def test_rho_summary_row_of_a_round_log_entry():
     fedavg = rho_summary({"rho": {"a": 1.0}, "rho_statistics": entry["rho_statistics"]})
     assert math.isnan(fedavg["update_rel_diff"]) and fedavg["param_max"] == 2.0
     assert all(math.isnan(v) for v in rho_summary({}).values())  # a log from before issue 14
+
+
+def test_normal_scores_over_the_whole_float_range():
+    """Entries from −3e38 to 3e38 (the extreme buckets of the bfloat16-keyed histogram, signs
+    and both zeros): each distinct value its own mid-rank, in float order."""
+    x = torch.tensor([3e38, -3e38, -1.0, 1e-30, -0.0, -1e-30, 1.0, 0.0, 2.5e-38, -2.5e-38, 7.0])
+    order = sorted(set(float(v) for v in x))  # -0.0 == 0.0: one value
+    d = x.numel()
+    u = []
+    for v in x.tolist():
+        below = sum(1 for w in x.tolist() if w < v)
+        equal = sum(1 for w in x.tolist() if w == v)
+        u.append((below + equal / 2) / d)
+    assert len(order) == d - 1
+    assert torch.equal(normal_scores(x), _ndtri(u))
+    assert torch.equal(normal_scores(-x), -normal_scores(x))

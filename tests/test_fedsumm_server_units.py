@@ -258,3 +258,36 @@ def test_a_saved_state_from_another_setting_is_refused(change):
                           if change == "server_state" else None)
     with pytest.raises(InputError, match="another config, server_state, client list or seed"):
         other.load_state_dict(state)
+
+
+class _Trickle:
+    """A file object that moves at most ``step`` bytes per call (as a pipe or a network file may)."""
+
+    def __init__(self, data: bytes = b"", step: int = 3):
+        self.data, self.pos, self.step, self.written = bytearray(data), 0, step, bytearray()
+
+    def readinto(self, buf) -> int:
+        n = min(self.step, len(buf), len(self.data) - self.pos)
+        buf[:n] = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+    def write(self, buf) -> int:
+        n = min(self.step, len(buf))
+        self.written += bytes(buf[:n])
+        return n
+
+
+def test_vector_file_io_survives_short_reads_and_writes():
+    import numpy as np
+
+    arr = np.arange(7, dtype=np.float32) * 1.5
+    out = _Trickle(step=5)
+    A._write_all(out, arr)
+    assert bytes(out.written) == arr.tobytes()
+    back = np.zeros(7, dtype=np.float32)
+    assert A._read_all(_Trickle(arr.tobytes(), step=3), back) == 28
+    assert np.array_equal(back, arr)
+    short = np.zeros(7, dtype=np.float32)  # a truncated file: the bytes that were there, no more
+    assert A._read_all(_Trickle(arr.tobytes()[:10], step=4), short) == 10
+    assert short.tobytes()[:10] == arr.tobytes()[:10] and not short[3:].any()
