@@ -44,7 +44,8 @@ ADA_TESTS = ["tests/test_step_adafedseleckd.py", "tests/test_ada_methods.py", "t
              "tests/test_kd_fires.py", "tests/test_kd_exact.py", "tests/test_ada_strategy_exact.py",
              "tests/test_precision.py"]
 MCP_TESTS = ["tests/test_step_fedmcp.py", "tests/test_fedmcp_methods.py", "tests/test_mcp.py",
-             "tests/test_mcp_exact.py", "tests/test_precision.py", "tests/test_fedmcp_build_exact.py", "tests/test_fedmcp_round_stats.py"]
+             "tests/test_mcp_exact.py", "tests/test_precision.py", "tests/test_fedmcp_build_exact.py",
+             "tests/test_fedmcp_round_stats.py"]
 SUM_TESTS = ["tests/test_step_fedsum.py", "tests/test_fedsum.py", "tests/test_fedsum_baselines.py",
              "tests/test_fedsum_exact.py", "tests/test_precision.py"]
 SUMM_TESTS = ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py", "tests/test_fedsumm_readings.py",

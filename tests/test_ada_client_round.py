@@ -295,7 +295,8 @@ def test_hard_kd_examples_refuse_missing_or_mismatched_tags(monkeypatch, tmp_pat
     with pytest.raises(InputError, match="no POS tags for client 'Academic'"):
         task.hard_kd_examples({"max_target_length": 24}, "Academic", examples, None)
     seen = []
-    monkeypatch.setattr(task, "_hard_kd_masks", lambda *a: seen.append(a) or {e["id"]: MASKS[e["id"]] for e in examples[:2]})
+    monkeypatch.setattr(task, "_hard_kd_masks",
+                        lambda *a: seen.append(a) or {e["id"]: MASKS[e["id"]] for e in examples[:2]})
     with pytest.raises(InputError, match=r"c\.jsonl: no POS tags for training example 'ex2'"):
         task.hard_kd_examples(cell, "Committee", examples, "tok")
     assert seen[0] == ("c.jsonl", "tok", 24, ("NOUN", "VERB"))

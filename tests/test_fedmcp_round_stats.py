@@ -78,7 +78,7 @@ def test_the_rounds_statistics_are_means_over_its_steps(name, losses):
     assert out["n_steps"] == n
     assert out["n_examples"] == 8  # one epoch: 5 + 3 examples
     assert out["lr"] == (hp.full_ft_lr if spec.kind == "full_ft" else hp.lr)
-    assert out["loss"] == pytest.approx(sum(l for _, l, _ in losses) / n, rel=1e-12)
+    assert out["loss"] == pytest.approx(sum(loss for _, loss, _ in losses) / n, rel=1e-12)
     parts = PARTS[spec.objective]
     assert set(losses[0][2]) == parts and parts <= set(out)
     for k in parts:
@@ -86,7 +86,7 @@ def test_the_rounds_statistics_are_means_over_its_steps(name, losses):
     if spec.objective == "fedmcp" and spec.mu == 0.0:  # noLc: no contrastive term at all
         assert all(p["L_c"] == 0.0 for _, _, p in losses)
     if spec.objective == "ce":
-        assert all(p["L_ce"] == pytest.approx(l, rel=1e-12) for _, l, p in losses)
+        assert all(p["L_ce"] == pytest.approx(loss, rel=1e-12) for _, loss, p in losses)
 
 
 def test_a_round_without_epochs_trains_nothing_and_says_so(losses):
