@@ -191,15 +191,21 @@ def score(work: Path, path: str) -> dict:
     return {"mutants": len(codes), **counts, "score": round(killed / judged, 4) if judged else None}
 
 
+def _mutmut_run(work: Path, max_children: int, names: list[str], log_name: str) -> int:
+    """``mutmut run`` of ``names`` (mutant names or globs; none: all) in ``work``, its output in
+    ``work/log_name``; returns its exit status."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    with open(work / log_name, "w") as log:
+        return subprocess.call([str(Path(sys.executable).parent / "mutmut"), "run",
+                                "--max-children", str(max_children), *names], cwd=work, env=env,
+                               stdout=log, stderr=subprocess.STDOUT)
+
+
 def run(module: str, max_children: int, functions: list[str] | None = None) -> dict:
     path, _ = SCOPE[module]
     work = prepare(module)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
     t0 = time.monotonic()
-    with open(work / "mutmut.log", "w") as log:
-        rc = subprocess.call([str(Path(sys.executable).parent / "mutmut"), "run",
-                              "--max-children", str(max_children), *mutant_globs(module, functions)], cwd=work,
-                             env=env, stdout=log, stderr=subprocess.STDOUT)
+    rc = _mutmut_run(work, max_children, mutant_globs(module, functions), "mutmut.log")
     scope = {"functions": functions or FUNCTIONS[module]} if functions or module in FUNCTIONS else {}
     return {"module": module, "file": path, "rc": rc, "wall_s": round(time.monotonic() - t0, 1),
             **scope, **score(work, path)}
@@ -228,14 +234,10 @@ def rerun_survivors(module: str, max_children: int) -> dict:
     cfg.write_text(re.sub(r"^pytest_add_cli_args_test_selection = .*$",
                           lambda _: f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
                           cfg.read_text(), flags=re.M))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
     t0 = time.monotonic()
     rc = 0
     if left:
-        with open(work / "mutmut-rerun.log", "w") as log:
-            rc = subprocess.call([str(Path(sys.executable).parent / "mutmut"), "run",
-                                  "--max-children", str(max_children), *left], cwd=work, env=env,
-                                 stdout=log, stderr=subprocess.STDOUT)
+        rc = _mutmut_run(work, max_children, left, "mutmut-rerun.log")
         # mutmut may forget the results of the mutants it was not asked to run: keep the last
         # run's for those, today's for the rerun ones
         data = json.loads(meta.read_text())

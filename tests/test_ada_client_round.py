@@ -138,24 +138,19 @@ def _server(cell: dict, k: int) -> OrderedDict:
     return OrderedDict((n, torch.randn(v.shape, generator=g)) for n, v in task.initial_state(cell).items())
 
 
-def _round(cell, client, r, server):
-    sent, stats = task.client_train_round(cell, client, r, server)
-    return sent, stats
-
-
 @pytest.mark.parametrize("method", ["AdaFedSelectKD", "AdaFedKD", "AdaFedHardKD"])
 def test_kd_rounds_continue_the_clients_own_local_adapter(method, backbone_dir, tmp_path, world):
     cell = _cell(tmp_path, backbone_dir, method)
     w1 = task.initial_state(cell)
     s = {k: _server(cell, k) for k in range(1, 5)}
 
-    sent1, stats1 = _round(cell, "Committee", 1, s[1])
-    sent2, _ = _round(cell, "Committee", 2, s[2])
+    sent1, stats1 = task.client_train_round(cell, "Committee", 1, s[1])
+    sent2, _ = task.client_train_round(cell, "Committee", 2, s[2])
     # round 3: Committee not sampled; Product first sampled
-    sentp, _ = _round(cell, "Product", 3, s[3])
+    sentp, _ = task.client_train_round(cell, "Product", 3, s[3])
     # a file of a later round (a run killed inside round 5) must not be where round 4 starts
     save_state(task.client_state_path(cell, "Committee", 5), _server(cell, 55))
-    sent4, _ = _round(cell, "Committee", 4, s[4])
+    sent4, _ = task.client_train_round(cell, "Committee", 4, s[4])
     c1, c2, p3, c4 = world
 
     # round 1: student and teacher both W^1 = the server's tensors
@@ -187,8 +182,8 @@ def test_kd_rounds_continue_the_clients_own_local_adapter(method, backbone_dir, 
 
 def test_the_round_hands_local_update_its_settings(backbone_dir, tmp_path, world):
     cell = _cell(tmp_path, backbone_dir, "AdaFedSelectKD")
-    _round(cell, "Academic", 1, _server(cell, 1))
-    _round(cell, "Product", 2, _server(cell, 2))
+    task.client_train_round(cell, "Academic", 1, _server(cell, 1))
+    task.client_train_round(cell, "Product", 2, _server(cell, 2))
     for call, client, r in zip(world, ("Academic", "Product"), (1, 2)):
         assert call["hp"] == TrainHParams.from_config(TRAIN)
         assert (call["client"], call["round"], call["seed"]) == (client, r, SEED)
@@ -212,9 +207,9 @@ def test_local_start_aggregate_starts_every_round_from_the_servers_tensors(backb
     cell = _cell(tmp_path, backbone_dir, "AdaFedSelectKD")
     cell["train"]["local_start"] = "aggregate"
     s1, s2, s3 = (_server(cell, k) for k in (1, 2, 3))
-    _round(cell, "Committee", 1, s1)
-    _round(cell, "Committee", 2, s2)
-    _round(cell, "Product", 3, s3)  # first sampled late: W^3 as well, not W^1
+    task.client_train_round(cell, "Committee", 1, s1)
+    task.client_train_round(cell, "Committee", 2, s2)
+    task.client_train_round(cell, "Product", 3, s3)  # first sampled late: W^3 as well, not W^1
     for call, s in zip(world, (s1, s2, s3)):
         assert _equal(call["local_in"], s) and _equal(call["global_in"], s)
 
@@ -223,7 +218,7 @@ def test_an_unknown_local_start_is_refused(backbone_dir, tmp_path, world):
     cell = _cell(tmp_path, backbone_dir, "AdaFedSelectKD")
     cell["train"]["local_start"] = "server"
     with pytest.raises(InputError, match=r"adafedseleckd\.train\.local_start.*'server'"):
-        _round(cell, "Committee", 1, _server(cell, 1))
+        task.client_train_round(cell, "Committee", 1, _server(cell, 1))
     assert world == []
 
 
@@ -231,9 +226,9 @@ def test_an_unknown_local_start_is_refused(backbone_dir, tmp_path, world):
 def test_other_methods_start_every_round_from_the_servers_tensors(method, backbone_dir, tmp_path, world):
     cell = _cell(tmp_path, backbone_dir, method)
     s1, s2, s3 = (_server(cell, k) for k in (1, 2, 3))
-    sent1, _ = _round(cell, "Committee", 1, s1)
-    sent2, _ = _round(cell, "Committee", 2, s2)
-    _round(cell, "Product", 3, s3)
+    sent1, _ = task.client_train_round(cell, "Committee", 1, s1)
+    sent2, _ = task.client_train_round(cell, "Committee", 2, s2)
+    task.client_train_round(cell, "Product", 3, s3)
     for call, s in zip(world, (s1, s2, s3)):
         assert call["global_in"] is None
         assert _equal(call["local_in"], s)
@@ -260,9 +255,9 @@ def test_post_addition_clients_continue_the_baseline(backbone_dir, tmp_path, wor
     cell["client_data"]["samsum"] = str(tmp_path / "samsum")
     assert _equal(task.initial_state(cell), OrderedDict(sorted(server_final.items())))
     s1, s2 = _server(probe, 1), _server(probe, 2)
-    _round(cell, "Committee", 1, s1)
-    _round(cell, "samsum", 1, s1)
-    _round(cell, "Committee", 2, s2)
+    task.client_train_round(cell, "Committee", 1, s1)
+    task.client_train_round(cell, "samsum", 1, s1)
+    task.client_train_round(cell, "Committee", 2, s2)
     c1, j1, c2 = world
     assert _same(c1["local_in"], base_local) and _equal(c1["global_in"], s1)
     assert _equal(j1["local_in"], s1)
@@ -271,7 +266,7 @@ def test_post_addition_clients_continue_the_baseline(backbone_dir, tmp_path, wor
 
 def test_hard_kd_examples_carry_their_noun_verb_masks(backbone_dir, tmp_path, world):
     cell = _cell(tmp_path, backbone_dir, "AdaFedHardKD")
-    _round(cell, "Academic", 1, _server(cell, 1))
+    task.client_train_round(cell, "Academic", 1, _server(cell, 1))
     handed = world[0]["examples"]
     # the client's tag file, the cell's tokenizer and target length, the default tags
     assert MASK_CALLS == [("Academic.tags.jsonl", TOKENIZER, 24, ("NOUN", "VERB"))]
@@ -312,7 +307,7 @@ def test_hard_kd_examples_refuse_missing_or_mismatched_tags(monkeypatch, tmp_pat
     assert [e["kd_allowed"] for e in out] == [list(MASKS[e["id"]]) for e in examples]
 
 
-def test_hard_kd_masks_follow_the_tagged_words(tmp_path):
+def test_hard_kd_masks_follow_the_tagged_words(tmp_path, monkeypatch):
     """``_hard_kd_masks`` maps each record's tagged words onto its label tokens (the real POS
     helpers, a word-level tokenizer stand-in)."""
     from fedrepro.papers.adafedseleckd import pos
@@ -330,14 +325,12 @@ def test_hard_kd_masks_follow_the_tagged_words(tmp_path):
     def token_mask(ids, words, tags):
         return [i is not None and words[i][1] in tags for i in ids]
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(pos, "word_ids_for_targets", word_ids)
-    mp.setattr(pos, "hard_kd_token_mask", token_mask)
+    monkeypatch.setattr(pos, "word_ids_for_targets", word_ids)
+    monkeypatch.setattr(pos, "hard_kd_token_mask", token_mask)
+    task._hard_kd_masks.cache_clear()
     try:
-        task._hard_kd_masks.cache_clear()
         out = task._hard_kd_masks(str(path), "tok", 9, ("NOUN",))
     finally:
-        mp.undo()
         task._hard_kd_masks.cache_clear()
     assert out == {"a": (True, False, True, False), "b": (False, False, False)}
     assert calls == [("cats eat fish", "tok", 9), ("very good", "tok", 9)]
