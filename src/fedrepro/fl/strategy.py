@@ -37,7 +37,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -255,36 +255,6 @@ def server_step(reference, new, clients, weights, device=None) -> dict:
         "client_update_norm_weighted": _fsum(pc * x for pc, x in zip(p, norms)),
     })
     return out
-
-
-class RecordTensors(Mapping):
-    """An ``ArrayRecord``'s tensors as a read-only ``{name: Tensor}`` that converts each when it is
-    read (``torch.from_numpy(record[k].numpy())``, what Flower's ``to_torch_state_dict`` does for
-    all of them at once), so a server rule that works tensor by tensor -- FedSum's SCAFFOLD and
-    FedNova, FedSUMM's replies and gradients -- holds one converted tensor per client, not a second
-    copy of every reply; :meth:`shape_of` answers without converting.  Every read converts again."""
-
-    def __init__(self, record: ArrayRecord) -> None:
-        self._record = record
-
-    def __getitem__(self, key: str):
-        import torch
-
-        return torch.from_numpy(self._record[key].numpy())
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._record
-
-    def __iter__(self):
-        return iter(self._record)
-
-    def __len__(self) -> int:
-        return len(self._record)
-
-    def shape_of(self, key: str):
-        import torch
-
-        return torch.Size(self._record[key].shape)
 
 
 def payload_bytes(arrays: ArrayRecord) -> int:

@@ -63,7 +63,8 @@ from fedrepro.papers.fedsum.baselines import (
     zeros_like_state,
 )
 from fedrepro.papers.fedsum import task as task
-from fedrepro.fl.strategy import RecordTensors, SortedCheckpointFedAvg, payload_bytes
+from fedrepro.fl.strategy import SortedCheckpointFedAvg, payload_bytes
+from fedrepro.fl.tensors import RecordTensors
 from fedrepro.io import InputError, torch_save_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)

@@ -146,6 +146,7 @@ import torch
 
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.devices import StepTimer
+from fedrepro.fl.tensors import LazyTensors
 from fedrepro.io import InputError, atomic_path
 
 Tensors = Mapping[str, torch.Tensor]
@@ -361,39 +362,6 @@ def _square_sum(t: torch.Tensor) -> float:
 
 def _detached(tensors: Tensors) -> OrderedDict[str, torch.Tensor]:
     return OrderedDict((k, v.detach().clone()) for k, v in tensors.items())
-
-
-class LazyTensors(Mapping):
-    """A read-only ``{name: Tensor}`` whose tensors are made when read, one at a time.
-
-    The server uses its per-client quantities tensor by tensor (a reply converted from the wire,
-    g^c = w_t − w^c, a memory entry read from disk, the update w^c − g̃^c − w_t), so with these it
-    never holds a parameter-sized copy per client; :meth:`shape_of` answers without making the
-    tensor.  Every read makes the tensor again (same values: the makers are pure).
-    """
-
-    def __init__(
-        self, shapes: Mapping[str, Sequence[int]], make: Callable[[str], torch.Tensor]
-    ) -> None:
-        self._shapes = OrderedDict((k, torch.Size(s)) for k, s in shapes.items())
-        self._make = make
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        if key not in self._shapes:
-            raise KeyError(key)
-        return self._make(key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._shapes
-
-    def __iter__(self):
-        return iter(self._shapes)
-
-    def __len__(self) -> int:
-        return len(self._shapes)
-
-    def shape_of(self, key: str) -> torch.Size:
-        return self._shapes[key]
 
 
 # -- where the server keeps its parameter-sized vectors ----------------------------------------------

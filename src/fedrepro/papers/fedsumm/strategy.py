@@ -70,7 +70,6 @@ from fedrepro.papers.fedsumm.algorithm import (
     ClientReply,
     FedSummConfig,
     FedSummServer,
-    LazyTensors,
     ServerStateConfig,
     client_update,
     plain_mean,
@@ -89,7 +88,8 @@ from fedrepro.papers.fedsumm.task import (
     REPLY_STEPS,
     pool_evaluation,
 )
-from fedrepro.fl.strategy import RecordTensors, SortedCheckpointFedAvg, payload_bytes
+from fedrepro.fl.strategy import SortedCheckpointFedAvg, payload_bytes
+from fedrepro.fl.tensors import LazyTensors, RecordTensors
 from fedrepro.io import InputError, atomic_path, read_json, write_json_atomic
 
 Tensors = Mapping[str, torch.Tensor]
