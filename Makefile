@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo report scorecard progress test test-slow lint dry-run-paper rehearse mutation clean
+.PHONY: demo report scorecard progress test test-e2e test-slow lint dry-run-paper rehearse mutation clean
 
 # The venv is rebuilt only when the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -40,6 +40,13 @@ report: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+
+# The `e2e` tests make test skips (about 30 minutes here): every paper's targets built by Snakemake on
+# a smoke config, the Flower deployment (TLS, node auth), the report in Chromium (tests/install_chromium.sh
+# installs it, as root), the Ray-simulation and deployment stall/crash checks, the dataset-stats
+# rule, AdaFedSelecKD's row and train/evaluate jobs against its cell jobs, the canonical-params rerun.
+test-e2e: $(STAMP)
+	FEDREPRO_E2E=1 HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m e2e tests
 
 # The `exhaustive` tests make test skips: kills at more seeded moments and fault kinds per paper
 # (cells and row jobs), and Snakemake killed mid-run (tests/faults.py; about 20-40 minutes here).

@@ -21,12 +21,17 @@ def pytest_collection_modifyitems(config, items):
     """``rehearsal``-marked tests (true-size cells, minutes each) run only with
     ``FEDREPRO_REHEARSAL=1`` (``make rehearse``), ``exhaustive``-marked ones (more seeds and fault
     kinds of checks ``make test`` runs once; Snakemake killed mid-run) only with
-    ``FEDREPRO_EXHAUSTIVE=1`` (``make test-slow``); elsewhere they are skipped with that reason."""
+    ``FEDREPRO_EXHAUSTIVE=1`` (``make test-slow``), ``e2e``-marked ones (every paper's targets
+    built by Snakemake, the Flower deployment, the report in a browser, the stall and crash checks
+    of the Ray simulation and the deployment) only with ``FEDREPRO_E2E=1`` (``make test-e2e``);
+    elsewhere they are skipped with that reason."""
     gated = {
         "rehearsal": ("FEDREPRO_REHEARSAL",
                       "true-size rehearsal cells: run by `make rehearse` (FEDREPRO_REHEARSAL=1)"),
         "exhaustive": ("FEDREPRO_EXHAUSTIVE",
                        "more seeds / fault kinds: run by `make test-slow` (FEDREPRO_EXHAUSTIVE=1)"),
+        "e2e": ("FEDREPRO_E2E",
+                "whole-workflow / deployment run: by `make test-e2e` (FEDREPRO_E2E=1)"),
     }
     for marker, (env, reason) in gated.items():
         if os.environ.get(env) == "1":
@@ -39,14 +44,13 @@ def pytest_collection_modifyitems(config, items):
         _longest_files_first(items)
 
 
-# Seconds each of the longest test files took on the 2-core CI machine (one process, pytest
-# --durations, 2026-11-27); every other file takes under 25 s.
+# Seconds each of the longest test files took in `make test` on the 2-core CI machine (pytest
+# --durations, two workers, 2026-11-27; the `e2e` tests not counted); every other file takes under
+# 25 s.
 LONG_FILES = {
-    "test_workflow.py": 460, "test_device_placement.py": 280, "test_fedmcp_workflow.py": 230,
-    "test_no_hang.py": 220, "test_fedsum_workflow.py": 200, "test_federated.py": 200,
-    "test_report.py": 120, "test_fedsumm_workflow.py": 110, "test_deployment.py": 110,
-    "test_fedsumm_runner.py": 100, "test_fedsum_runner.py": 90, "test_workflow_kill.py": 70,
-    "test_params_canonical.py": 60, "test_fedmcp_runner.py": 55,
+    "test_workflow.py": 290, "test_federated.py": 290, "test_fedsumm_runner.py": 190,
+    "test_device_placement.py": 180, "test_fedsum_runner.py": 110, "test_workflow_kill.py": 95,
+    "test_fedmcp_runner.py": 85,
 }
 
 

@@ -35,7 +35,7 @@ from fedrepro.fl.deploy import (
     run_deployment,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # make test-e2e
 
 CLIENT_SIZES = {"Academic": 6, "Committee": 3, "Product": 4}  # unequal |D_i|: a non-trivial eq. 2
 FLOWER_TOOLS = (

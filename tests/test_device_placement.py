@@ -227,10 +227,36 @@ ADA = ["AdaSingle", "AdaCentralized", "AdaFedAvg", "AdaFedKD", "AdaFedSelectKD",
        "AdaFedNova", "AdaFedOPT"]
 
 
+def _ada_cell(ada_world, tmp_path, method):
+    """An AdaFedSelecKD cell on the in-process engine: its clients train in threads of this
+    process, under :func:`device_check.strict_device` (under Flower's Ray simulation they would
+    train in Ray's worker processes, which the stand-in never reaches: a client step that mixed
+    devices passed there)."""
+    _root, folders, backbone = ada_world
+    cell = helpers.make_cell(tmp_path, method, backbone, folders, rounds=2, out_name=f"{method}-dev")
+    cell["engine"] = "inprocess"
+    return cell
+
+
+def test_a_client_step_that_mixes_devices_fails_the_adafedseleckd_cell(ada_world, tmp_path, monkeypatch):
+    """The check reaches the clients' training step: a CPU tensor joined to the loss there fails
+    the cell naming the operator, as CUDA would."""
+    from fedrepro.papers.adafedseleckd import methods
+
+    real = methods.cross_entropy_loss
+
+    def mixed(logits, labels):
+        return (real(logits, labels).reshape(1) + torch.zeros(1)).sum()
+
+    monkeypatch.setattr(methods, "cross_entropy_loss", mixed)
+    with pytest.raises(RuntimeError, match=r"DeviceMismatch: aten\.add\.Tensor.*on cpu beside tensors on the accelerator"):
+        _on_device(_ada_cell(ada_world, tmp_path, "AdaFedAvg"))
+
+
 @pytest.mark.parametrize("method", ADA)
 def test_adafedseleckd_method_runs_on_an_accelerator(ada_world, tmp_path, method):
-    root, folders, backbone = ada_world
-    cell = helpers.make_cell(tmp_path, method, backbone, folders, rounds=2, out_name=f"{method}-dev")
+    _root, folders, _backbone = ada_world
+    cell = _ada_cell(ada_world, tmp_path, method)
     if method == "AdaSingle":
         cell.update(clients=["Academic"], eval_clients=["Academic"],
                     client_data={"Academic": folders["Academic"]})

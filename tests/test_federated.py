@@ -138,6 +138,7 @@ def _start(cell, root, name):
     )
 
 
+@pytest.mark.e2e  # Ray simulation; the in-process engine's kills are in make test (killable, below)
 def test_killed_run_resumes_and_matches_an_uninterrupted_run_bit_for_bit(world):
     root, folders, backbone = world
     rounds = 5

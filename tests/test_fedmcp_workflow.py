@@ -22,6 +22,7 @@ fedmcp:
 TARGETS = ["fedmcp_table1", "fedmcp_table2", "fedmcp_figure3", "fedmcp_figure4", "fedmcp_figure5"]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_fedmcp_targets_build_on_a_smoke_config(tmp_path):
     path, res = build_targets(tmp_path, SMOKE, TARGETS, timeout=1200)

@@ -38,6 +38,7 @@ TARGETS = [
 METHODS = ["Separate", "FedAvg", "FedProto", "FedSum"]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_fedsum_targets_build_on_a_smoke_config(tmp_path):
     path, res = build_targets(tmp_path, SMOKE, TARGETS, timeout=1200)

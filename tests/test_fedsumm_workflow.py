@@ -147,6 +147,7 @@ def test_dp_tradeoff_cells_keep_dp_off_in_the_tables():
     assert paper[0] == "results/fedsumm/csl/n50/bart/FedSUMM/seed~1" and len(paper) == 4
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_every_fedsumm_target_builds_on_a_smoke_config(tmp_path):
     path, res = build_targets(tmp_path, SMOKE, TARGETS, timeout=900)

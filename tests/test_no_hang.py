@@ -102,6 +102,7 @@ def test_inprocess_client_that_stalls_fails_the_cell_at_the_time_limit(world, tm
 
 
 # -- Ray simulation engine ------------------------------------------------------------------------
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_simulation_client_that_raises_fails_the_cell_naming_it(world, tmp_path, monkeypatch):
     _raising(monkeypatch)
@@ -113,6 +114,7 @@ def test_simulation_client_that_raises_fails_the_cell_naming_it(world, tmp_path,
     assert "client Committee" in message
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_simulation_client_that_stalls_fails_the_cell_at_the_time_limit(world, tmp_path, monkeypatch):
     _stalling(monkeypatch, 300)
@@ -164,6 +166,7 @@ def _deployment_tools() -> bool:
 deployment = pytest.mark.skipif(not _deployment_tools(), reason="Flower's deployment commands are not installed")
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @deployment
 def test_deployment_client_that_raises_fails_the_run_naming_it(world, tmp_path, monkeypatch):
@@ -180,6 +183,7 @@ def test_deployment_client_that_raises_fails_the_run_naming_it(world, tmp_path, 
     print(f"\ndeployment raising client: the run failed after {elapsed:.1f} s")
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @deployment
 def test_deployment_client_that_stalls_fails_the_run_at_the_time_limit(world, tmp_path, monkeypatch):

@@ -75,6 +75,7 @@ def _jobs(res) -> list[str]:
     return sorted(f"{rule}: {path}" for rule, path in jobs)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_reordered_config_reruns_nothing_and_a_real_change_reruns_its_cells(tmp_path):
     cfg = demo_config_absolute()  # the whole demo config, as a user saves it, with tiny settings

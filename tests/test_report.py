@@ -192,6 +192,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_report_after_one_table_shows_it_in_chromium(tmp_path):
     """Run one table and one figure of FedSum on the demo config in a scratch folder, make the
@@ -199,7 +200,7 @@ def test_report_after_one_table_shows_it_in_chromium(tmp_path):
     table shows as an HTML table with the CSV's rows, the figure's image decodes, every caption
     shows, and a screenshot is taken."""
     if browser.find_browser() is None:
-        pytest.skip("no Chromium-family browser installed (CI installs Debian's chromium: .ci/run)")
+        pytest.skip("no Chromium-family browser installed (tests/install_chromium.sh installs Debian's chromium, as root)")
     targets = ["fedsum_table1", "fedsum_figure4"]
     cfg, res = build_targets(tmp_path, None, targets, timeout=900)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]

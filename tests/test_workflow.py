@@ -186,6 +186,7 @@ def test_end_to_end_tiny_config_produces_table3(tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_dataset_stats_rule_runs_every_source_and_split_setting_on_the_demo_config(tmp_path):
     """Every source's samples are parsed and every split setting of the four papers is built."""
@@ -239,6 +240,7 @@ def test_download_rule_offline_fails_fast_and_leaves_nothing(tmp_path):
     assert not (tmp_path / "resources" / "downloads" / "samsum").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_adafedseleckd_row_jobs_write_the_bytes_of_cell_jobs(tmp_path):
     """``cells_per_job: row`` (one process trains and evaluates AdaFedAvg, AdaFedKD and
@@ -262,6 +264,7 @@ def test_adafedseleckd_row_jobs_write_the_bytes_of_cell_jobs(tmp_path):
     assert compare(trees["cell"], trees["row"]) == []
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_adafedseleckd_cell_jobs_write_the_bytes_of_train_and_evaluate_jobs(tmp_path):
     """``cells_per_job: row`` trains and evaluates a cell outside the rows (here AdaFedProx, a
