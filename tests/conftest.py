@@ -48,9 +48,9 @@ def pytest_collection_modifyitems(config, items):
 # --durations, two workers, 2026-11-27; the `e2e` tests not counted); every other file takes under
 # 25 s.
 LONG_FILES = {
-    "test_workflow.py": 290, "test_federated.py": 290, "test_fedsumm_runner.py": 190,
-    "test_device_placement.py": 180, "test_fedsum_runner.py": 110, "test_workflow_kill.py": 95,
-    "test_fedmcp_runner.py": 85,
+    "test_workflow.py": 250, "test_fedsumm_runner.py": 130, "test_federated.py": 130,
+    "test_device_placement.py": 120, "test_fedsum_runner.py": 100, "test_workflow_kill.py": 90,
+    "test_fedmcp_runner.py": 70,
 }
 
 

@@ -167,14 +167,16 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run_bit_for_bit(world):
     assert len(json.loads(Path(helpers.cell_outputs(killed)[1]).read_text())["rounds"]) == rounds
 
 
-def test_a_client_error_fails_the_cell_with_the_clients_message(world, tmp_path):
+@pytest.mark.parametrize("engine", ["inprocess", pytest.param("simulation", marks=pytest.mark.e2e)])
+def test_a_client_error_fails_the_cell_with_the_clients_message(world, tmp_path, engine):
     root, folders, backbone = world
     broken = dict(folders)
     bad = tmp_path / "Committee"
     bad.mkdir()
     (bad / "train.jsonl").write_text('{"id": "x", "input": "a", "target": "b"}\nnot json\n')
     broken["Committee"] = str(bad)
-    cell = helpers.make_cell(root, "AdaFedAvg", backbone, broken, rounds=2, out_name="broken")
+    cell = dict(helpers.make_cell(root, "AdaFedAvg", backbone, broken, rounds=2, out_name=f"broken-{engine}"),
+                engine=engine)
     t0 = time.time()
     with pytest.raises(RuntimeError) as err:
         run_cell(cell, *helpers.cell_outputs(cell))
