@@ -249,7 +249,8 @@ def test_a_client_step_that_mixes_devices_fails_the_adafedseleckd_cell(ada_world
         return (real(logits, labels).reshape(1) + torch.zeros(1)).sum()
 
     monkeypatch.setattr(methods, "cross_entropy_loss", mixed)
-    with pytest.raises(RuntimeError, match=r"DeviceMismatch: aten\.add\.Tensor.*on cpu beside tensors on the accelerator"):
+    says = r"DeviceMismatch: aten\.add\.Tensor.*on cpu beside tensors on the accelerator"
+    with pytest.raises(RuntimeError, match=says):
         _on_device(_ada_cell(ada_world, tmp_path, "AdaFedAvg"))
 
 
