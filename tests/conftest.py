@@ -54,12 +54,22 @@ LONG_FILES = {
 }
 
 
+# The same for `make test-e2e` (FEDREPRO_E2E=1: only the `e2e` tests' time counted; 2026-11-27).
+LONG_E2E_FILES = {
+    "test_workflow.py": 530, "test_fedmcp_workflow.py": 320, "test_no_hang.py": 300,
+    "test_fedsum_workflow.py": 260, "test_report.py": 200, "test_federated.py": 180,
+    "test_fedsumm_workflow.py": 180, "test_deployment.py": 160, "test_params_canonical.py": 65,
+}
+
+
 def _longest_files_first(items) -> None:
     """Under pytest-xdist (``make test``: ``-n 2 --dist loadfile``) hand the longest files out
     first, so that no worker starts a 7-minute file while the other has nothing left (the tests of
     a file keep their order; files only move)."""
+    seconds = LONG_E2E_FILES if os.environ.get("FEDREPRO_E2E") == "1" else LONG_FILES
+
     def weight(item) -> int:
-        return -LONG_FILES.get(item.path.name, 0)
+        return -seconds.get(item.path.name, 0)
 
     items.sort(key=weight)  # stable: the order inside a file and among the short files is kept
 
