@@ -41,7 +41,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
-# The `e2e` tests make test skips (19 tests, about 20 minutes here): every paper's targets built by Snakemake on
+# The `e2e` tests make test skips (19 tests, 19-23 minutes here): every paper's targets built by Snakemake on
 # a smoke config, the Flower deployment (TLS, node auth), the report in Chromium (tests/install_chromium.sh
 # installs it, as root), the Ray-simulation and deployment stall/crash checks, the dataset-stats
 # rule, AdaFedSelecKD's row and train/evaluate jobs against its cell jobs, the canonical-params rerun.
