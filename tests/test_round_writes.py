@@ -149,3 +149,71 @@ def test_a_client_keeps_the_file_a_resume_from_the_last_complete_round_needs(tmp
     assert files() == [3, 4]  # round 3 complete: only the newest older file stays, as before
     assert client_files_needed_from(cell["out_dir"], folder, "round_", 3) == 3
     assert client_files_needed_from(tmp_path / "elsewhere", folder, "round_", 3) == 0  # keep all
+
+
+def test_a_rounds_replies_are_freed_before_the_next_round_trains(world, monkeypatch):
+    """Flower's round loop (``Strategy.start``) keeps the list of a round's replies in a local
+    variable until the next round's replies replace it, i.e. through the whole next round: at
+    BERT-base size SCAFFOLD's 4 replies are 3.5 GB (y_i and Δc_i).  Our grid hands the loop a
+    ``RoundReplies`` list that aggregate_train empties: when round r+1's messages are made (round
+    r's background write joined), no reply content of round r is alive; and once a round's files
+    are written, the allocator's free pages are released (``release_free_memory``)."""
+    import gc
+    import weakref
+
+    cell = _cell(world, "freed")
+    base = strategy.SortedCheckpointFedAvg
+    real_aggregate, real_configure = base.aggregate_train, base.configure_train
+    replies_of: dict[int, list] = {}
+    alive: dict[int, int] = {}
+
+    def aggregate(self, server_round, replies):
+        assert isinstance(replies, strategy.RoundReplies)
+        replies_of[server_round] = [weakref.ref(m.content) for m in replies]
+        out = real_aggregate(self, server_round, replies)
+        assert replies == []  # handed over: the caller's list is empty
+        return out
+
+    def configure(self, server_round, arrays, config, grid):
+        if server_round > 1:
+            self.join_round_writes()
+            gc.collect()
+            alive[server_round] = sum(r() is not None for r in replies_of[server_round - 1])
+        return real_configure(self, server_round, arrays, config, grid)
+
+    trims: list[int] = []  # after each round's files: the freed pages go back to the system
+    monkeypatch.setattr(strategy, "release_free_memory",
+                        lambda: trims.append(latest_round(cell["out_dir"])) or True)
+    monkeypatch.setattr(base, "aggregate_train", aggregate)
+    monkeypatch.setattr(base, "configure_train", configure)
+    run_cell(cell, *helpers.cell_outputs(cell))
+    assert [len(v) for v in replies_of.values()] == [3, 3, 3]
+    assert alive == {2: 0, 3: 0}
+    assert trims == [1, 2, 3]
+
+
+def test_only_the_round_loops_reply_list_is_emptied(tmp_path):
+    """A plain list passed to aggregate_train by other code (the DP wrapper counts its replies
+    after the inner aggregate_train) keeps its items; a ``RoundReplies`` is emptied."""
+    from collections import OrderedDict
+
+    import torch
+    from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+    class Reply:  # duck-typed: the strategy reads content and has_error()
+        def __init__(self, pid):
+            self.content = RecordDict({
+                "arrays": ArrayRecord(OrderedDict(w=torch.full((2,), float(pid)))),
+                "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})})
+
+        def has_error(self):
+            return False
+
+    for kind, left in ((list, 2), (strategy.RoundReplies, 0)):
+        s = strategy.SortedCheckpointFedAvg(out_dir=tmp_path / kind.__name__, round_offset=0,
+                                            expected_clients=2)
+        s._n_sampled = 2
+        replies = kind([Reply(0), Reply(1)])
+        arrays, _ = s.aggregate_train(1, replies)
+        assert torch.equal(arrays.to_torch_state_dict()["w"], torch.full((2,), 0.5))
+        assert len(replies) == left

@@ -1,6 +1,7 @@
 """The Snakemake workflow: lint, paper-grid dry run, config validation, env pins, end to end."""
 
 import json
+import os
 import re
 import subprocess
 
@@ -179,6 +180,8 @@ def test_end_to_end_tiny_config_produces_table3(tmp_path):
     cell = tmp_path / "results/adafedseleckd/domains/bart-large/AdaFedSelectKD/all/seed~7"
     prov = json.loads((cell / "provenance.json").read_text())
     assert prov["seed"] == 7 and len(prov["bytes_per_round"]) == 2
+    # every job starts with glibc's malloc limited to one arena (rules/common.smk, host_memory)
+    assert prov["machine"]["malloc_arena_max"] == os.environ.get("MALLOC_ARENA_MAX", "1")
     assert prov["bytes_per_round"][0]["up"] > 0
     assert not (cell / "checkpoints").exists()  # cleaned after a finished run
     # nothing to do on a second invocation

@@ -42,6 +42,7 @@ from fedrepro.fl.checkpoint import (
 from fedrepro.fl.server_app import make_server_app, run_server, start_point
 from fedrepro.fl.strategy import is_measurement, peak_rss_mb
 from fedrepro.fl.tasks import task_for
+from fedrepro.host_memory import ARENA_ENV
 from fedrepro.io import InputError, write_json_atomic
 from fedrepro.precision import Precision
 from fedrepro.provenance import git_commit, package_versions
@@ -59,6 +60,8 @@ def _machine() -> dict:
         "cuda": torch.cuda.is_available(),
         # the device's name: the rehearsal report's MFU takes the peak from it (fedrepro.flops)
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        # glibc's arena limit this process started with (fedrepro.host_memory; null: glibc's own)
+        "malloc_arena_max": os.environ.get(ARENA_ENV),
     }
 
 

@@ -54,6 +54,7 @@ from typing import Self
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedrepro.host_memory import one_arena_environment
 from fedrepro.io import InputError, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -390,6 +391,9 @@ class LocalFederation:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        # glibc's malloc limited to one arena in the SuperLink, SuperNodes and the apps they start
+        # (fedrepro.host_memory: read when a process starts; a user's own value wins)
+        one_arena_environment(self.env)
         for tool in (
             "flower-superlink",
             "flower-supernode",
