@@ -72,6 +72,10 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
                        "tests/test_step_adafedseleckd.py", "tests/test_fedsum_baselines.py",
                        "tests/test_step_fedsum.py"]),
     "fl.dp": ("src/fedrepro/fl/dp.py", ["tests/test_dp.py", "tests/test_dp_exact.py"]),
+    # the lazy tensor mappings the FedSum and FedSUMM servers read replies through
+    "fl.tensors": ("src/fedrepro/fl/tensors.py",
+                   ["tests/test_fl_tensors.py", "tests/test_fedsum_strategy_exact.py",
+                    "tests/test_fedsumm_strategy_exact.py"]),
     # the tasks' client rounds (what a ClientApp calls: load, train, what is sent), against the
     # step tests that call them
     "adafedseleckd.task": (f"{PAPERS}/adafedseleckd/task.py",

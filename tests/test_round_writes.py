@@ -181,15 +181,17 @@ def test_a_rounds_replies_are_freed_before_the_next_round_trains(world, monkeypa
             alive[server_round] = sum(r() is not None for r in replies_of[server_round - 1])
         return real_configure(self, server_round, arrays, config, grid)
 
-    trims: list[int] = []  # after each round's files: the freed pages go back to the system
-    monkeypatch.setattr(strategy, "release_free_memory",
-                        lambda: trims.append(latest_round(cell["out_dir"])) or True)
+    trims: list[int] = []  # once per round, after its tensors: the freed pages back to the system
+    monkeypatch.setattr(strategy, "release_free_memory", lambda: trims.append(
+        sum(1 for r in (1, 2, 3) if checkpoint_paths(cell["out_dir"], r)[0].exists())) or True)
     monkeypatch.setattr(base, "aggregate_train", aggregate)
     monkeypatch.setattr(base, "configure_train", configure)
     run_cell(cell, *helpers.cell_outputs(cell))
     assert [len(v) for v in replies_of.values()] == [3, 3, 3]
     assert alive == {2: 0, 3: 0}
     assert trims == [1, 2, 3]
+    for r in (1, 2, 3):  # how long each took (the allocator's lock is held meanwhile)
+        assert json.loads(timing_path(cell["out_dir"], r).read_text())["seconds_trim"] >= 0
 
 
 def test_only_the_round_loops_reply_list_is_emptied(tmp_path):

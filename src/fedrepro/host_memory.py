@@ -25,6 +25,12 @@ cell run from Python directly (a notebook, the tests) keeps the interpreter's se
 with ``MALLOC_ARENA_MAX=1`` for the same memory.  ``provenance.json`` records what the cell's
 process had (``machine.malloc_arena_max``).
 
+:func:`release_free_memory` runs once per round in the round writer's thread, after the round's
+tensors (``fl.strategy``); glibc holds the arena's lock while it trims, so a client training
+beside it may wait that long on a malloc: the round's timing file records ``seconds_trim``
+(0.12-0.73 s on the SCAFFOLD cell above, which frees GBs per round; unmeasured on a GPU, where
+a round frees far less host memory).
+
 Hand-written with :mod:`ctypes`: no maintained library wraps ``malloc_trim`` (jemalloc/tcmalloc
 would need ``LD_PRELOAD`` before Python starts).  On a C library other than glibc (musl, macOS,
 Windows) the variable is ignored and :func:`release_free_memory` does nothing.  Neither changes a

@@ -637,13 +637,18 @@ class SortedCheckpointFedAvg(FedAvg):
             for entry_ in spooled.values():
                 entry_.pop("view", None)  # its memory map
                 Path(entry_["path"]).unlink(missing_ok=True)
+            # the round's replies and buffers are garbage now: their pages back to the system
+            # (fedrepro.host_memory).  glibc holds the arena's lock meanwhile, so a client
+            # training beside this thread may wait on its next malloc: timed, in the timing file
+            t_trim = time.perf_counter()
+            release_free_memory()
+            trim = time.perf_counter() - t_trim
             path = timing_path(self.out_dir, absolute)
             _naming(path, lambda: write_json_atomic(path, {
                 "round": absolute, "seconds": seconds, "server_peak_rss_mb": peak,
-                "seconds_background_finish": time.perf_counter() - t0, "clients": measured}))
+                "seconds_background_finish": time.perf_counter() - t0, "seconds_trim": trim,
+                "clients": measured}))
             _naming(meta_path, lambda: write_json_atomic(meta_path, {**head, "server_step": step, **extras}))
-            # the round's replies and buffers are garbage now: their pages back to the system
-            release_free_memory()
 
         self._writing_round = absolute
         if self.background_round_writes and self._running:
