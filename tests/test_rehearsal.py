@@ -116,14 +116,14 @@ def test_rehearsal_jobs_declare_their_measured_host_memory():
     assert wf.job_mem_mb(config, "roberta-base", "train", "FedAvg-FT") == 19000
     assert wf.job_mem_mb(config, "roberta-base", "train", "FedMCP") == 3000
     assert wf.job_mem_mb(config, "roberta-base", "evaluate", "FedAvg-FT") == 4000
-    assert wf.job_mem_mb(config, "bert-base", "train", "SCAFFOLD") == 19500
-    assert wf.job_mem_mb(config, "bert-base", "train", "FedAvg") == 12000
-    assert wf.job_mem_mb(config, "bert-base", "train") == 12000
+    assert wf.job_mem_mb(config, "bert-base", "train", "SCAFFOLD") == 14000
+    assert wf.job_mem_mb(config, "bert-base", "train", "FedAvg") == 9000
+    assert wf.job_mem_mb(config, "bert-base", "train") == 9000
     assert fedsumm_grid.job_resources(config, "train")["mem_mb"] == 14500
     # the plan (the report's "declared MB") carries the method's value
     by = {(c["paper"], c["method"]): c for c in plan.cells(config)}
-    assert by[("fedsum", "SCAFFOLD")]["jobs"]["train"]["resources"]["mem_mb"] == 19500
-    assert by[("fedsum", "FedSum")]["jobs"]["train"]["resources"]["mem_mb"] == 12000
+    assert by[("fedsum", "SCAFFOLD")]["jobs"]["train"]["resources"]["mem_mb"] == 14000
+    assert by[("fedsum", "FedSum")]["jobs"]["train"]["resources"]["mem_mb"] == 9000
     assert by[("fedmcp", "FedAvg-FT")]["jobs"]["train"]["resources"]["mem_mb"] == 19000
     assert by[("fedmcp", "FedAvg-FT")]["jobs"]["evaluate"]["resources"]["mem_mb"] == 4000
     assert "mem_mb_by_method" not in by[("fedmcp", "FedMCP")]["jobs"]["train"]["resources"]
@@ -306,7 +306,7 @@ def test_every_cell_rule_declares_its_methods_memory(tmp_path):
     assert jobs[("train_cell", "AdaFedAvg")] == config["backbones"]["bart-large"]["resources"]["train"]["mem_mb"]
     assert jobs[("evaluate_cell", "AdaFedKD")] == 6666
     assert jobs[("fedsum_train_cell", "FedProx")] == 5555
-    assert jobs[("fedsum_train_cell", "SCAFFOLD")] == 19500
+    assert jobs[("fedsum_train_cell", "SCAFFOLD")] == 14000
 
 
 # -- backbone fallback ----------------------------------------------------------------------
