@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(host_memory.glibc() is None, reason="glibc's all
 
 SCRIPT = textwrap.dedent("""
     import ctypes, json, os, re, sys, tempfile, threading
+    from concurrent.futures import ThreadPoolExecutor
     from fedrepro import host_memory
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
@@ -35,11 +36,9 @@ SCRIPT = textwrap.dedent("""
         for b in blocks:
             libc.free(b)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(4) as pool:  # four threads, each blocked on the barrier until all run
+        for _ in range(4):
+            pool.submit(work)
     path = tempfile.mktemp()
     fh = libc.fopen(path.encode(), b"w")
     libc.malloc_info(0, ctypes.c_void_p(fh))
