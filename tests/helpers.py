@@ -243,3 +243,21 @@ def disk_full_at(monkeypatch, owner, attr: str, bad: Path, path_arg: int = 0) ->
         return real(*args, **kwargs)
 
     monkeypatch.setattr(owner, attr, failing)
+
+
+class TrainReply:
+    """A duck-typed Flower train reply for calling a strategy's ``aggregate_train`` directly: the
+    strategies read only ``content`` (``arrays`` and ``metrics``) and ``has_error()``."""
+
+    def __init__(self, pid: int, n: int, state: dict, metrics: dict | None = None):
+        from collections import OrderedDict
+
+        from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+        self.content = RecordDict({
+            "arrays": ArrayRecord(OrderedDict(state)),
+            "metrics": MetricRecord({"num-examples": n, "partition-id": pid, **(metrics or {})}),
+        })
+
+    def has_error(self) -> bool:
+        return False

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 import faults
 import helpers
@@ -24,26 +23,8 @@ from fedrepro.papers.adafedseleckd.task import get_model
 pytestmark = pytest.mark.slow
 
 
-class _Reply:
-    """Duck-typed reply: the strategy reads only ``content`` and ``has_error()``."""
-
-    def __init__(self, content):
-        self.content = content
-
-    def has_error(self) -> bool:
-        return False
-
-
-def _reply(pid: int, n: int, state: dict) -> _Reply:
-    content = RecordDict(
-        {
-            "arrays": ArrayRecord(OrderedDict(state)),
-            "metrics": MetricRecord(
-                {"num-examples": n, "partition-id": pid, "train-loss": 1.0, "kd-fraction": 0.5, "n-tokens": 10}
-            ),
-        }
-    )
-    return _Reply(content)
+def _reply(pid: int, n: int, state: dict) -> helpers.TrainReply:
+    return helpers.TrainReply(pid, n, state, {"train-loss": 1.0, "kd-fraction": 0.5, "n-tokens": 10})
 
 
 def test_fedavg_weights_by_client_size_and_ignores_arrival_order(tmp_path):

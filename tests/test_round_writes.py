@@ -197,25 +197,13 @@ def test_a_rounds_replies_are_freed_before_the_next_round_trains(world, monkeypa
 def test_only_the_round_loops_reply_list_is_emptied(tmp_path):
     """A plain list passed to aggregate_train by other code (the DP wrapper counts its replies
     after the inner aggregate_train) keeps its items; a ``RoundReplies`` is emptied."""
-    from collections import OrderedDict
-
     import torch
-    from flwr.app import ArrayRecord, MetricRecord, RecordDict
-
-    class Reply:  # duck-typed: the strategy reads content and has_error()
-        def __init__(self, pid):
-            self.content = RecordDict({
-                "arrays": ArrayRecord(OrderedDict(w=torch.full((2,), float(pid)))),
-                "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})})
-
-        def has_error(self):
-            return False
 
     for kind, left in ((list, 2), (strategy.RoundReplies, 0)):
         s = strategy.SortedCheckpointFedAvg(out_dir=tmp_path / kind.__name__, round_offset=0,
                                             expected_clients=2)
         s._n_sampled = 2
-        replies = kind([Reply(0), Reply(1)])
+        replies = kind([helpers.TrainReply(p, 1, {"w": torch.full((2,), float(p))}) for p in (0, 1)])
         arrays, _ = s.aggregate_train(1, replies)
         assert torch.equal(arrays.to_torch_state_dict()["w"], torch.full((2,), 0.5))
         assert len(replies) == left

@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from transformers import RobertaConfig, RobertaModel
 
+import helpers
 from fedrepro.papers.fedmcp.methods import METHODS, LocalHParams, build_model, local_update
 
 ADAM = torch.optim.Adam  # the real class, before any test patches it
@@ -439,21 +440,6 @@ def uniform_mean(states) -> OrderedDict:
     return OrderedDict((k, sum(s[k].double() for s in states) / len(states)) for k in states[0])
 
 
-class _Reply:
-    """Duck-typed train reply: the strategy reads ``content`` and ``has_error()`` only."""
-
-    def __init__(self, pid: int, n: int, state: dict):
-        from flwr.app import ArrayRecord, MetricRecord, RecordDict
-
-        self.content = RecordDict({
-            "arrays": ArrayRecord(OrderedDict(state)),
-            "metrics": MetricRecord({"partition-id": pid, "num-examples": n, "train-loss": 0.7}),
-        })
-
-    def has_error(self) -> bool:
-        return False
-
-
 @pytest.mark.parametrize("name", ["FedMCP", "FedMatch"])
 def test_server_rule_is_the_example_weighted_mean_for_clients_of_1_4_9(name, tmp_path):
     """FedMCP cells run the base strategy (no ``fedmcp`` entry in ``fl.tasks.PAPERS`` has a
@@ -473,7 +459,7 @@ def test_server_rule_is_the_example_weighted_mean_for_clients_of_1_4_9(name, tmp
         fraction_evaluate=0.0, min_train_nodes=3, min_evaluate_nodes=0, min_available_nodes=3,
         weighted_by_key="num-examples")  # as fedrepro.fl.server_app.run_server builds it
     strategy._n_sampled = 3
-    arrays, _ = strategy.aggregate_train(1, [_Reply(i, sizes[i], states[i]) for i in (2, 0, 1)])
+    arrays, _ = strategy.aggregate_train(1, [helpers.TrainReply(i, sizes[i], states[i], {"train-loss": 0.7}) for i in (2, 0, 1)])
     got = arrays.to_torch_state_dict()
     want, flat = weighted_mean(states, sizes), uniform_mean(states)
     assert list(got) == list(base)
