@@ -91,3 +91,18 @@ def wire(monkeypatch):
 
     monkeypatch.setattr(InProcessGrid, "pull_messages", pull)
     return tap
+
+
+@pytest.fixture(autouse=True)
+def _rehearsal_precision_pin_undone():
+    """``fedrepro.rehearsal.plan.apply`` pins ``precision: auto``'s answer in ``os.environ``, as
+    Snakemake's process should: undo it after each test, so no later test (nor its subprocesses)
+    inherits another test's decision."""
+    from fedrepro.rehearsal.plan import PRECISION_ENV
+
+    before = os.environ.get(PRECISION_ENV)
+    yield
+    if before is None:
+        os.environ.pop(PRECISION_ENV, None)
+    else:
+        os.environ[PRECISION_ENV] = before

@@ -539,3 +539,39 @@ def test_fedsumm_local_update(dldt):
         return _params(model), res.loss
 
     _check_modes(run)
+
+
+# -- native_bf16: the probe behind the rehearsal's precision: auto ----------------------------
+def _cpu_probe(monkeypatch, *, avx512_bf16, amx, machine="x86_64", onednn=False):
+    import platform
+
+    from fedrepro import precision as prec
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name, value in (("avx512_bf16", avx512_bf16), ("amx_tile", amx)):
+        if value is None:
+            monkeypatch.delattr(torch.cpu, f"_is_{name}_supported", raising=False)
+        else:
+            monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda v=value: v, raising=False)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn, raising=False)
+    return prec.native_bf16()
+
+
+def test_native_bf16_is_a_gpu_or_a_cpu_with_bf16_instructions(monkeypatch):
+    from fedrepro import precision as prec
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert prec.native_bf16()[0] is True
+    native, why = _cpu_probe(monkeypatch, avx512_bf16=True, amx=False)
+    assert native and "avx512_bf16" in why and "amx" not in why
+    native, why = _cpu_probe(monkeypatch, avx512_bf16=False, amx=True)
+    assert native and "amx_tile" in why and "avx512_bf16" not in why
+    # an AVX2 x86 CPU (this VM): emulated, whatever oneDNN's check (AVX512 without BF16 says yes there)
+    native, why = _cpu_probe(monkeypatch, avx512_bf16=False, amx=False, onednn=True)
+    assert not native and "13.1x" in why and "without AVX512-BF16 or AMX" in why
+    # PyTorch's private probes gone: the answer is no (fp32, the default bits)
+    assert _cpu_probe(monkeypatch, avx512_bf16=None, amx=None)[0] is False
+    # another architecture: oneDNN's own check (ARM's BF16 extension)
+    assert _cpu_probe(monkeypatch, avx512_bf16=None, amx=None, machine="aarch64", onednn=True)[0] is True
+    assert _cpu_probe(monkeypatch, avx512_bf16=None, amx=None, machine="aarch64", onednn=False)[0] is False

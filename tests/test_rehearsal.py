@@ -242,10 +242,113 @@ def test_rehearsal_cells_carry_limits_normal_cells_do_not():
     assert reh["train"]["rounds"] == 2 and reh["max_source_length"] == 1024
 
 
+# -- precision: auto ------------------------------------------------------------------------
+def _emulated():
+    return False, "CPU (AVX2) without AVX512-BF16 or AMX"
+
+
+def _native():
+    return True, "a CUDA device is visible"
+
+
+def _never():
+    raise AssertionError("the pinned answer must be used, not a new probe")
+
+
+def test_precision_auto_decides_once_and_pins_it_for_the_processes_below():
+    env: dict[str, str] = {}
+    assert plan.resolve_precision("auto", env, _emulated) == {
+        "setting": "auto", "ran": "fp32", "reason": "CPU (AVX2) without AVX512-BF16 or AMX"}
+    assert env == {plan.PRECISION_ENV: "fp32"}
+    # a job that re-reads the workflow under it decides as its parent did, whatever its own device
+    again = plan.resolve_precision("auto", env, _never)
+    assert again["ran"] == "fp32" and plan.PRECISION_ENV in again["reason"]
+    env = {}
+    assert plan.resolve_precision("auto", env, _native)["ran"] == "paper" and env[plan.PRECISION_ENV] == "paper"
+    # a value set beforehand wins (a cluster whose submitting node has no GPU)
+    assert plan.resolve_precision("auto", {plan.PRECISION_ENV: "paper"}, _emulated)["ran"] == "paper"
+    for setting in ("paper", "fp32"):  # explicit settings neither probe nor pin
+        env = {plan.PRECISION_ENV: "fp32" if setting == "paper" else "paper"}
+        assert plan.resolve_precision(setting, env, _never)["ran"] == setting
+        assert len(env) == 1
+    with pytest.raises(InputError, match=plan.PRECISION_ENV + ".*'bf16'"):
+        plan.resolve_precision("auto", {plan.PRECISION_ENV: "bf16"}, _emulated)
+
+
+def _precision_rehearsal(probe, **settings) -> dict:
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    over = yaml.safe_load((ROOT / "config/rehearsal.yaml").read_text())
+    over["rehearsal_settings"].update(settings)
+    return plan.apply(_merge(paper, over), ROOT, environ={}, probe=probe)
+
+
+def test_precision_auto_runs_fp32_cells_where_bf16_is_emulated_and_the_paper_s_where_native():
+    from fedrepro.papers.fedmcp import grid as mcp
+    from fedrepro.precision import Precision
+
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    assert REHEARSAL_OVERLAY["rehearsal_settings"]["precision"] == "auto"  # this CPU machine's overlay
+
+    def cells(config):
+        return {"adafedseleckd": ada.make_cell(config, "domains", "bart-large", "AdaFedSelectKD", "all", 1),
+                "fedmcp": mcp.make_cell(config, "roberta-base", "FedMCP", 1),
+                "fedsum": fedsum_grid.make_fedsum_cell(config, "fedsum-cnndm-a0.1", "FedSum", 1),
+                "fedsumm": fedsumm_grid.make_cell(config, "csl", 2, "bart", "FedSUMM", 1)}
+
+    own = {p: {k: paper[p].get(k, "fp32") for k in ("precision", "frozen_dtype")} for p in plan.PAPERS}
+    changed = {p: {k: v for k, v in keys.items() if v != "fp32"} for p, keys in own.items()}
+    changed = {p: keys for p, keys in changed.items() if keys}
+    assert set(changed) == {"adafedseleckd", "fedmcp"}  # the paper config's bf16 papers
+
+    emulated = _precision_rehearsal(_emulated)
+    assert emulated["rehearsal_precision"] == {"setting": "auto", "ran": "fp32", "reason": _emulated()[1],
+                                               "fp32_instead_of": changed}
+    for p, cell in cells(emulated).items():
+        assert Precision.from_cell(cell).is_default, p  # the cell the job trains: fp32, no keys
+        assert "precision" not in cell and "frozen_dtype" not in cell
+    native = _precision_rehearsal(_native)
+    assert native["rehearsal_precision"]["ran"] == "paper" and native["rehearsal_precision"]["fp32_instead_of"] == {}
+    for p, cell in cells(native).items():
+        assert Precision.from_cell(cell).record() == own[p], p
+    # paper: the paper's own, whatever the machine; fp32: fp32, whatever the machine
+    for p, cell in cells(_precision_rehearsal(_never, precision="paper")).items():
+        assert Precision.from_cell(cell).record() == own[p], p
+    forced = _precision_rehearsal(_never, precision="fp32")
+    assert forced["rehearsal_precision"]["fp32_instead_of"] == changed
+    assert all(Precision.from_cell(c).is_default for c in cells(forced).values())
+    # the plan carries the decision to the report
+    assert plan.document(emulated)["precision"] == emulated["rehearsal_precision"]
+
+
+def test_report_says_which_papers_ran_fp32_and_why(tmp_path):
+    entry = _fake_cell(tmp_path)
+    decision = {"setting": "auto", "ran": "fp32", "reason": "CPU (AVX2) without AVX512-BF16 or AMX",
+                "fp32_instead_of": {"fedmcp": {"precision": "bf16-mixed", "frozen_dtype": "bf16"},
+                                    "adafedseleckd": {"precision": "bf16-mixed"}}}
+    plan_doc = {"settings": plan.DEFAULTS, "cells": [entry], "full_rounds": {"p": 10}, "grids": {},
+                "backbone_dirs": {}, "machine": "test", "precision": decision}
+    write_json_atomic(tmp_path / "plan.json", plan_doc)
+    assert report.main([str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert ("Precision: **fp32 in place of the paper config's** adafedseleckd: precision bf16-mixed; "
+            "fedmcp: frozen_dtype bf16, precision bf16-mixed (`rehearsal_settings.precision: auto`; "
+            "CPU (AVX2) without AVX512-BF16 or AMX)") in md
+    rep = read_json(tmp_path / "report.json")
+    assert rep["precision"] == decision
+    assert report.summary_lines(rep)[1] == (
+        "  precision: fp32 in place of adafedseleckd, fedmcp's own (CPU (AVX2) without AVX512-BF16 or AMX)")
+    # the paper's own precision: said in the report, nothing added to the verdict
+    for kept in ({**decision, "ran": "paper", "fp32_instead_of": {}}, None):
+        write_json_atomic(tmp_path / "plan.json", {**plan_doc, "precision": kept})
+        report.main([str(tmp_path)])
+        assert "Precision: each paper's own" in (tmp_path / "report.md").read_text()
+        assert len(report.summary_lines(read_json(tmp_path / "report.json"))) == 1
+
+
 @pytest.mark.parametrize("key,value", [("rounds", 0), ("coverage", "all"), ("data", "hub"),
                                        ("typo", 1), ("examples_per_client", True),
                                        ("gpu_mem_mb", -1), ("gpu_mem_mb", "16G"),
-                                       ("fedsum_settings", "all")])
+                                       ("fedsum_settings", "all"), ("precision", "bf16")])
 def test_bad_settings_name_the_key(key, value):
     config = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     config["rehearsal_settings"][key] = value

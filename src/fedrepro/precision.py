@@ -196,3 +196,38 @@ def precision_cell(section: Mapping, paper: str) -> dict:
     if frozen != DEFAULT:
         out["frozen_dtype"] = frozen
     return out
+
+
+_CPU_SLOW_BF16 = ("bf16 autocast is emulated here: a bart-large AdaFedAvg step in bf16-mixed took 13.1x "
+                  "fp32's on an AMD EPYC with AVX2 (bench/results/kd_step_bart_large_cpu_amd_epyc_precisions.json)")
+
+
+def native_bf16() -> tuple[bool, str]:
+    """Whether this machine's default device (the first visible GPU, else the CPU: the device a
+    cell's ``device: auto`` picks) computes bfloat16 natively, and why, in words.
+
+    * A visible CUDA device: yes.  The GPUs this project targets (A100, H100, H200, L40S) all have
+      bf16 tensor cores; a pre-Ampere GPU (V100, T4) emulates bf16 -- set ``precision: fp32``
+      there yourself.  The check does not query the device's properties, so the process calling it
+      (Snakemake's) creates no CUDA context.
+    * An x86 CPU: yes with AVX512-BF16 or AMX (``torch.cpu._is_avx512_bf16_supported`` /
+      ``_is_amx_tile_supported``), no otherwise -- oneDNN then converts every bf16 matmul to
+      float32 and back.  On another architecture, oneDNN's own bf16 check (ARM's BF16 extension).
+      Measured: the step above, 0.60-0.68x fp32's time on a host with native bf16, 13.1x on an
+      AVX2-only AMD EPYC.  These are PyTorch's private probes: where one is missing the answer is
+      no (fp32: the project's default bits).
+    """
+    if torch.cuda.is_available():
+        return True, "a CUDA device is visible (bf16 tensor cores assumed: A100/H100-class)"
+    capability = torch.backends.cpu.get_cpu_capability()
+    probes = {name: getattr(torch.cpu, f"_is_{name}_supported", None) for name in ("avx512_bf16", "amx_tile")}
+    have = [name for name, probe in probes.items() if probe is not None and probe()]
+    if have:
+        return True, f"CPU ({capability}) with {' and '.join(have)}"
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
+        if check is not None and check():
+            return True, f"{platform.machine()} CPU with oneDNN bf16 support"
+    return False, f"CPU ({capability}) without AVX512-BF16 or AMX: {_CPU_SLOW_BF16}"

@@ -25,7 +25,18 @@ Reduction (``rehearsal_settings``; every other value stays the paper's):
   config's sources (downloads or ``local`` copies: the paper path on a cluster);
 * ``backbones: fetch_or_shape``: each backbone is fetched as configured; where that fails it is
   built at its true dimensions with random weights (``kind: shape``, logged);
-  ``backbones: configured`` never falls back.
+  ``backbones: configured`` never falls back;
+* ``precision``: ``paper`` (default) keeps each paper's ``precision`` and ``frozen_dtype``;
+  ``fp32`` runs every cell in fp32; ``auto`` (this CPU machine's overlay, config/rehearsal.yaml)
+  keeps the paper's where the machine computes bfloat16 natively
+  (:func:`fedrepro.precision.native_bf16`: a visible GPU, or a CPU with AVX512-BF16/AMX) and runs
+  fp32 where bf16 autocast is emulated -- 13x fp32's step on an AVX2-only CPU, hours instead of
+  minutes for AdaFedSelecKD's and FedMCP's cells.  The bf16 code paths themselves are tested on
+  every CPU by ``make test`` (CPU autocast).  ``auto`` decides once, in the Snakemake process, and
+  pins the answer in ``FEDREPRO_REHEARSAL_PRECISION`` (``paper`` | ``fp32``) for every process
+  started under it, so a job that re-reads the workflow decides as its parent did; a value set
+  beforehand wins (set it to ``paper`` on a cluster whose submitting node has no GPU, or use
+  ``precision: paper``).  The plan (``plan.json``) and the report say which cells ran fp32 and why.
 
 Coverage (``coverage``): ``cover`` runs every method, every backbone and every kind of setting at
 least once -- AdaFedSelecKD: the five methods on the first backbone (AdaSingle on its first client)
@@ -43,6 +54,8 @@ every method on every backbone (AdaFedSelecKD) and every FedSUMM corpus.
 from __future__ import annotations
 
 import copy
+import os
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from fedrepro import grid as wf
@@ -51,6 +64,7 @@ from fedrepro.papers.adafedseleckd import grid as ada
 from fedrepro.papers.fedmcp import grid as fedmcp
 from fedrepro.papers.fedsum import grid as fedsum
 from fedrepro.papers.fedsumm import grid as fedsumm
+from fedrepro.precision import native_bf16
 
 WORKDIR = "results/rehearsal"
 """Snakemake's working directory during a rehearsal (relative to the repository)."""
@@ -71,7 +85,16 @@ DEFAULTS = {
     "fedsum_heldout_test_docs": 16,
     "fedsum_settings": "every",
     "gpu_mem_mb": 16000,
+    "precision": "paper",
 }
+
+PRECISIONS = ("paper", "fp32", "auto")
+"""``rehearsal_settings.precision`` (module docstring)."""
+
+PRECISION_ENV = "FEDREPRO_REHEARSAL_PRECISION"
+"""Where ``precision: auto`` pins its answer (``paper`` | ``fp32``) for the processes below it."""
+
+_PRECISION_KEYS = {"precision": "fp32", "frozen_dtype": "fp32"}
 
 PAPERS = ("adafedseleckd", "fedmcp", "fedsum", "fedsumm")
 
@@ -94,7 +117,8 @@ def settings(config: dict) -> dict:
         raise InputError(f"config key rehearsal_settings.fedsum_total: 'paper' (partitions.fedsum.total) or a "
                          f"positive integer, got {s['fedsum_total']!r}")
     choices = {"coverage": ("cover", "cross"), "data": ("configured", "samples"),
-               "backbones": ("fetch_or_shape", "configured"), "fedsum_settings": ("every", "first")}
+               "backbones": ("fetch_or_shape", "configured"), "fedsum_settings": ("every", "first"),
+               "precision": PRECISIONS}
     for key, allowed in choices.items():
         if s[key] not in allowed:
             raise InputError(f"config key rehearsal_settings.{key}: one of {allowed}, got {s[key]!r}")
@@ -118,11 +142,52 @@ def _absolute(path: str | None, basedir: Path) -> str | None:
     return str((basedir / path).resolve())
 
 
-def apply(config: dict, basedir: str | Path) -> dict:
+def resolve_precision(setting: str, environ: MutableMapping[str, str] | None = None,
+                      probe: Callable[[], tuple[bool, str]] = native_bf16) -> dict:
+    """``{"setting", "ran", "reason"}``: what ``rehearsal_settings.precision`` (``setting``) means on
+    this machine -- ``ran`` is ``paper`` (each paper's own precision) or ``fp32``.  ``auto`` reads
+    :data:`PRECISION_ENV` from ``environ`` (``os.environ`` by default) when it holds ``paper`` or
+    ``fp32``; otherwise asks ``probe`` (:func:`fedrepro.precision.native_bf16`) and writes the answer
+    there, so the processes started below decide the same way.  Any other value in the variable
+    is an error naming it."""
+    if setting != "auto":
+        return {"setting": setting, "ran": setting, "reason": f"rehearsal_settings.precision: {setting}"}
+    environ = os.environ if environ is None else environ
+    pinned = environ.get(PRECISION_ENV)
+    if pinned:
+        if pinned not in ("paper", "fp32"):
+            raise InputError(f"environment variable {PRECISION_ENV}={pinned!r}: 'paper' or 'fp32' "
+                             f"(what rehearsal_settings.precision: auto decided), or unset it")
+        return {"setting": setting, "ran": pinned, "reason": f"{PRECISION_ENV}={pinned} in the environment"}
+    native, why = probe()
+    ran = "paper" if native else "fp32"
+    environ[PRECISION_ENV] = ran
+    return {"setting": setting, "ran": ran, "reason": ("bf16 is native here: " if native else "") + why}
+
+
+def _apply_precision(config: dict, decision: dict) -> dict:
+    """Set every paper's ``precision`` and ``frozen_dtype`` to fp32 when ``decision`` says so;
+    the record of what changed (``fp32_instead_of``: paper -> its own non-fp32 values)."""
+    changed: dict[str, dict] = {}
+    if decision["ran"] == "fp32":
+        for paper in PAPERS:
+            sec = config.get(paper)
+            if not sec:
+                continue
+            was = {k: sec[k] for k, fp32 in _PRECISION_KEYS.items() if sec.get(k, fp32) != fp32}
+            if was:
+                changed[paper] = was
+                sec.update({k: _PRECISION_KEYS[k] for k in was})
+    return {**decision, "fp32_instead_of": changed}
+
+
+def apply(config: dict, basedir: str | Path, *, environ: MutableMapping[str, str] | None = None,
+          probe: Callable[[], tuple[bool, str]] = native_bf16) -> dict:
     """Reduce ``config`` (in place, and returned) for a rehearsal; see the module docstring.
 
     ``basedir`` is the repository: relative data and checkpoint folders of the config are made
-    absolute, because Snakemake's working directory moves to :data:`WORKDIR`."""
+    absolute, because Snakemake's working directory moves to :data:`WORKDIR`.  ``environ`` and
+    ``probe``: :func:`resolve_precision`'s (tests pass their own)."""
     basedir = Path(basedir)
     s = settings(config)
     config["rehearsal_settings"] = s
@@ -171,6 +236,7 @@ def apply(config: dict, basedir: str | Path) -> dict:
         if s["backbones"] == "fetch_or_shape" and b.get("kind", "hub") == "hub":
             b["fallback"] = "shape"
     _share_gpus(config, int(s["gpu_mem_mb"]))
+    config["rehearsal_precision"] = _apply_precision(config, resolve_precision(s["precision"], environ, probe))
     fb = (config.get("fedsumm") or {}).get("backbone")
     if fb:
         if fb.get("local_dir"):
@@ -415,4 +481,5 @@ def document(config: dict) -> dict:
         "full_rounds": {p: int(original[p]["train"]["rounds"]) for p in PAPERS if p in original},
         "grids": full_grids(original),
         "backbone_dirs": backbone_dirs(config),
+        "precision": config.get("rehearsal_precision"),
     }

@@ -674,6 +674,8 @@ def render_md(report: dict) -> str:
         "",
         "Backbones: " + ", ".join(f"{k} ({v})" for k, v in sorted(report["backbones"].items())),
         "",
+        f"Precision: {precision_text(report.get('precision'))}",
+        "",
         "| paper | method | backbone | setting | status | s/round | step s (batch) | GFLOP/step "
         "| MFU (bf16 peak) | peak RSS MB | declared MB | mem ok | bytes/round | projected train h "
         "| declared h | time ok |",
@@ -760,11 +762,33 @@ def _render_checks(report: dict) -> list[str]:
     return lines
 
 
+def precision_text(decision: dict | None) -> str:
+    """The rehearsal's precision in words (:func:`fedrepro.rehearsal.plan.resolve_precision`):
+    each paper's own, or fp32 in place of which papers' settings, and why."""
+    if not decision:
+        return "each paper's own (`precision`, `frozen_dtype`)"
+    changed = decision.get("fp32_instead_of") or {}
+    if decision.get("ran") != "fp32":
+        return f"each paper's own (`rehearsal_settings.precision: {decision.get('setting')}`; {decision.get('reason')})"
+    if not changed:
+        return f"fp32 (every paper's own precision is fp32; {decision.get('reason')})"
+    was = "; ".join(f"{paper}: " + ", ".join(f"{k} {v}" for k, v in sorted(keys.items()))
+                    for paper, keys in sorted(changed.items()))
+    return (f"**fp32 in place of the paper config's** {was} (`rehearsal_settings.precision: "
+            f"{decision.get('setting')}`; {decision.get('reason')}).  Those cells' step times and MFU "
+            f"are fp32's; the bf16 code paths are tested by `make test` (CPU autocast).")
+
+
 def summary_lines(report: dict) -> list[str]:
-    """``rehearsal: 40 ok, 3 warn, 0 failed`` and one line per warn or failure reason."""
+    """``rehearsal: 40 ok, 3 warn, 0 failed``, one line per warn or failure reason, and a line
+    when the cells ran fp32 in place of a paper's own precision."""
     s = report["summary"]
     lines = [f"rehearsal: {s['ok']} ok, {s.get('warn', 0)} warn, {s['failed']} failed "
              f"({s['cells']} cells; see report.md)"]
+    decision = report.get("precision") or {}
+    if decision.get("ran") == "fp32" and decision.get("fp32_instead_of"):
+        lines.append(f"  precision: fp32 in place of {', '.join(sorted(decision['fp32_instead_of']))}'s own "
+                     f"({decision.get('reason')})")
     for r in report["cells"]:
         if r["status"] == "warn":
             lines += [f"  warn {r['cell']}: {w}" for w in r.get("warnings", [])]
@@ -796,6 +820,7 @@ def build(plan: dict, root: str | Path, json_out: str | Path, md_out: str | Path
         "summary": {"cells": len(rows), "ok": ok, "warn": warn, "failed": len(rows) - ok - warn},
         "machine": plan.get("machine"),
         "settings": settings,
+        "precision": plan.get("precision"),
         "backbones": backbones,
         "cells": rows,
         "device_hours_unit": "GPU-hours" if cuda else "CPU-hours (this machine)",
