@@ -87,6 +87,10 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
                                                  "tests/test_fedsum_client_round.py"]),
     "fedsumm.task": (f"{PAPERS}/fedsumm/task.py", ["tests/test_step_fedsumm.py", "tests/test_fedsumm.py",
                                                   "tests/test_fedsumm_client_round.py"]),
+    # which precision a rehearsal's cells train in (rehearsal_settings.precision: auto) and the probe
+    # behind it: what decides whether the paper's bf16-mixed runs at all
+    "rehearsal.plan": ("src/fedrepro/rehearsal/plan.py", ["tests/test_rehearsal.py"]),
+    "precision": ("src/fedrepro/precision.py", ["tests/test_precision.py"]),
 }
 
 # The task modules are mostly loading, evaluation and row bookkeeping; their mutation scope is the
@@ -94,6 +98,8 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
 # helpers it calls: mutmut's mutant names, matched with fnmatch (``x_<function>__mutmut_<n>``).
 # The other functions of the file stay "not checked" and outside the score.
 FUNCTIONS: dict[str, list[str]] = {
+    "rehearsal.plan": ["resolve_precision", "_apply_precision"],
+    "precision": ["native_bf16"],
     "adafedseleckd.task": ["client_train_round", "inherited_local", "hard_kd_examples", "_hard_kd_masks",
                            "initial_state", "special_ids"],
     "fedmcp.task": ["client_train_round", "private_state", "load_private_state", "load_client_state",

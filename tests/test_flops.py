@@ -143,3 +143,40 @@ def test_step_timer_does_not_count_unless_asked(monkeypatch):
         _linear_step(model, opt, torch.randn(4, 5))
     assert timer.steps == 1 and "flops_per_step" not in timer.stats()
     assert devices._FLOPS_COUNTED == set()
+
+
+def test_fedsumm_counts_each_regime_and_the_guided_step_apart(monkeypatch):
+    """A FedSUMM row job trains its model's four regimes in one process: each regime's cell counts
+    its own step (``fedsumm:<model>:<regime>``), and a guided step -- eq. 7's double backward --
+    is counted apart from the unguided first round, with more FLOPs (the 2026-11-28 rehearsal's
+    FedSUMM cells had no count: every regime shared one key)."""
+    from collections import OrderedDict
+
+    from fedrepro.papers.fedsumm import task as fsumm_task
+    from fedrepro.papers.fedsumm.algorithm import ClientGuidance, FedSummConfig, fedsumm_local_update
+
+    monkeypatch.setenv("FEDREPRO_COUNT_FLOPS", "1")
+    monkeypatch.setattr(devices, "_FLOPS_COUNTED", set())
+    keys = [fsumm_task.flop_key({"model": "bart", "regime": r}) for r in ("single", "all", "FedAvg", "FedSUMM")]
+    assert keys == ["fedsumm:bart:single", "fedsumm:bart:all", "fedsumm:bart:FedAvg", "fedsumm:bart:FedSUMM"]
+    assert fsumm_task.flop_key({"model": "ct", "regime": "single"}) != keys[0]
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    batches = [{"x": torch.randn(3, 5)}, {"x": torch.randn(3, 5)}]
+
+    def loss(m, b):
+        return m(b["x"]).pow(2).mean()
+
+    def update(key, guidance=None):
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        return fedsumm_local_update(model, batches, loss, opt, guidance, FedSummConfig(dldt="inner_product"),
+                                    flop_key=key).timing["flops_per_step"]
+
+    plain = [update(k) for k in keys]
+    assert all(f > 0 for f in plain) and len(set(plain)) == 1  # each regime counted, the same step
+    assert update(keys[3]) == 0  # the key counted already in this process
+    g = OrderedDict((n, torch.ones_like(p)) for n, p in model.named_parameters())
+    guided = update(keys[3], ClientGuidance(g, rho=1.5, previous_loss=2.0, epsilon=0.2))
+    assert guided > plain[0]  # eq. 7's inner product, differentiated: a double backward
+    assert devices._FLOPS_COUNTED == set(keys) | {"fedsumm:bart:FedSUMM:eq7"}

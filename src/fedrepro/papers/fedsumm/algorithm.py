@@ -1313,6 +1313,7 @@ def fedsumm_local_update(
     local_epochs: int = 1,
     max_grad_norm: float | None = None,
     precision=None,
+    flop_key: str = "fedsumm",
 ) -> LocalUpdateResult:
     """Algorithm 1, ClientUpdate(c, w, g, l): local epochs of ``w ← w − δ∇J(w, b)`` with eq. 7's J.
 
@@ -1339,6 +1340,11 @@ def fedsumm_local_update(
         (``autograd.grad``, with ``create_graph`` for its Hessian-vector product), the backward
         and the update outside it, on float32 parameters.  ``tf32``: TF32 matmuls on CUDA for the
         whole update.
+    flop_key : str
+        The :class:`fedrepro.devices.StepTimer` key under which a rehearsal counts one step's FLOPs
+        (once per key and process): the task passes ``fedsumm:<model>:<regime>``, so each of a
+        row job's four regimes counts its own step; a guided step (eq. 7's double backward) is
+        counted apart, under ``<flop_key>:eq7``.
 
     Returns
     -------
@@ -1357,11 +1363,11 @@ def fedsumm_local_update(
     precision = Precision.of(precision)
     with precision.region(named[0][1].device):
         return _local_update(model, batches, loss_fn, optimizer, guidance, config, local_epochs,
-                             max_grad_norm, named, precision)
+                             max_grad_norm, named, precision, flop_key)
 
 
 def _local_update(model, batches, loss_fn, optimizer, guidance, config, local_epochs,
-                  max_grad_norm, named, precision) -> LocalUpdateResult:
+                  max_grad_norm, named, precision, flop_key) -> LocalUpdateResult:
     start = OrderedDict((n, p.detach().clone()) for n, p in named)
     grad_sum = OrderedDict((n, torch.zeros_like(p)) for n, p in named)
     step_losses: list[float] = []
@@ -1369,7 +1375,6 @@ def _local_update(model, batches, loss_fn, optimizer, guidance, config, local_ep
     norms: list[float] = []
     n_examples = 0
     device = named[0][1].device
-    timer = StepTimer(device)
     # eq. 7's inner product (or a differentiated norm) backpropagates through the gradient, a
     # double backward that PyTorch's fused attention kernels lack (CPU flash attention without
     # dropout, CUDA flash / memory-efficient): the forward then runs the math kernel (CT's
@@ -1378,6 +1383,7 @@ def _local_update(model, batches, loss_fn, optimizer, guidance, config, local_ep
         config.dldt == "inner_product"
         or (config.dldt == "loss_difference" and config.differentiate_grad_norm)
     )
+    timer = StepTimer(device, flop_key=f"{flop_key}:eq7" if double_backward else flop_key)
     model.train()
     for epoch in range(local_epochs):
         n_examples = 0

@@ -576,6 +576,13 @@ def client_train_round(
         return _train_round(cell, client, round_index, model, records, where)
 
 
+def flop_key(cell: Mapping) -> str:
+    """The rehearsal's FLOP-count key of a cell's steps (:class:`fedrepro.devices.StepTimer`:
+    one counted step per key and process): ``fedsumm:<model>:<regime>`` -- a row job trains its
+    model's four regimes in one process, and each cell's report row needs its own count."""
+    return f"fedsumm:{cell['model']}:{cell['regime']}"
+
+
 def _train_round(cell: dict, client: str, round_index: int, model, records, where: str):
     from flwr.app import ArrayRecord, MetricRecord
 
@@ -598,6 +605,7 @@ def _train_round(cell: dict, client: str, round_index: int, model, records, wher
         local_epochs=int(cell["train"]["local_epochs"]),
         max_grad_norm=cell["train"].get("max_grad_norm"),
         precision=Precision.from_cell(cell),
+        flop_key=flop_key(cell),
     )
     stats = _finite(
         {
@@ -675,6 +683,7 @@ def run_local(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
             local_epochs=int(cell["train"]["local_epochs"]),
             max_grad_norm=cell["train"].get("max_grad_norm"),
             precision=Precision.from_cell(cell),
+            flop_key=flop_key(cell),
         )
         rouge = bool(cell.get("rouge_every_round", False))
         evaluation = pool_evaluation(
