@@ -89,7 +89,13 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
                                                   "tests/test_fedsumm_client_round.py"]),
     # which precision a rehearsal's cells train in (rehearsal_settings.precision: auto) and the probe
     # behind it: what decides whether the paper's bf16-mixed runs at all
-    "rehearsal.plan": ("src/fedrepro/rehearsal/plan.py", ["tests/test_rehearsal.py"]),
+    # (test ids, not the file: its Snakemake dry runs import the mutated module in a subprocess,
+    # where mutmut's trampoline finds no config)
+    "rehearsal.plan": ("src/fedrepro/rehearsal/plan.py",
+                       [f"tests/test_rehearsal.py::test_{name}" for name in (
+                           "precision_auto_decides_once_and_pins_it_for_the_processes_below",
+                           "precision_auto_runs_fp32_cells_where_bf16_is_emulated_and_the_paper_s_where_native",
+                           "report_says_which_papers_ran_fp32_and_why")]),
     "precision": ("src/fedrepro/precision.py", ["tests/test_precision.py"]),
 }
 
@@ -133,7 +139,7 @@ def mutant_globs(module: str, functions: list[str] | None = None) -> list[str]:
 
 # what the tests read besides src/ and tests/ (configs, the generated samples' code, workflow)
 SNAPSHOT = ["src", "tests", "config", "resources", "rules", "workflow_scripts", "envs", "Snakefile",
-            "pyproject.toml", "docs"]
+            "pyproject.toml", "docs", "Makefile"]
 KILLED, SURVIVED = "killed", "survived"
 
 # Lines that only word a message (an error's or a log line's text, a string-only continuation
@@ -161,7 +167,7 @@ def _copy(src: Path, dst: Path) -> None:
 def prepare(module: str) -> Path:
     """A fresh ``.mutation/<module>/`` with the snapshot and its mutmut config."""
     path, tests = SCOPE[module]
-    missing = [t for t in tests if not (ROOT / t).exists()]
+    missing = [t for t in tests if not (ROOT / t.split("::")[0]).exists()]
     if missing:
         raise SystemExit(f"mutation: {module}: test files {missing} do not exist (tests/mutation.py SCOPE)")
     work = WORK / module

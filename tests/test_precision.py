@@ -554,7 +554,8 @@ def _cpu_probe(monkeypatch, *, avx512_bf16, amx, machine="x86_64", onednn=False)
         else:
             monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda v=value: v, raising=False)
     monkeypatch.setattr(platform, "machine", lambda: machine)
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn, raising=False)
+    if onednn is not None:  # None: leave torch.ops as the test made it
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn, raising=False)
     return prec.native_bf16()
 
 
@@ -567,6 +568,7 @@ def test_native_bf16_is_a_gpu_or_a_cpu_with_bf16_instructions(monkeypatch):
     assert native and "avx512_bf16" in why and "amx" not in why
     native, why = _cpu_probe(monkeypatch, avx512_bf16=False, amx=True)
     assert native and "amx_tile" in why and "avx512_bf16" not in why
+    assert _cpu_probe(monkeypatch, avx512_bf16=True, amx=True)[1].endswith("with avx512_bf16 and amx_tile")
     # an AVX2 x86 CPU (this VM): emulated, whatever oneDNN's check (AVX512 without BF16 says yes there)
     native, why = _cpu_probe(monkeypatch, avx512_bf16=False, amx=False, onednn=True)
     assert not native and "13.1x" in why and "without AVX512-BF16 or AMX" in why
@@ -575,3 +577,14 @@ def test_native_bf16_is_a_gpu_or_a_cpu_with_bf16_instructions(monkeypatch):
     # another architecture: oneDNN's own check (ARM's BF16 extension)
     assert _cpu_probe(monkeypatch, avx512_bf16=None, amx=None, machine="aarch64", onednn=True)[0] is True
     assert _cpu_probe(monkeypatch, avx512_bf16=None, amx=None, machine="aarch64", onednn=False)[0] is False
+    # every x86 spelling takes the x86 rule (oneDNN's yes is not enough there)
+    for x86 in ("x86_64", "AMD64", "amd64", "i386", "i686"):
+        assert _cpu_probe(monkeypatch, avx512_bf16=False, amx=False, machine=x86, onednn=True)[0] is False, x86
+    # the answer names this CPU's vector capability, as PyTorch reports it
+    assert f"CPU ({torch.backends.cpu.get_cpu_capability()})" in _cpu_probe(monkeypatch, avx512_bf16=False, amx=False)[1]
+    # a PyTorch without oneDNN's op (or without its check): no, not an AttributeError
+    import types
+
+    for ops in (types.SimpleNamespace(), types.SimpleNamespace(mkldnn=types.SimpleNamespace())):
+        monkeypatch.setattr(torch, "ops", ops)
+        assert _cpu_probe(monkeypatch, avx512_bf16=None, amx=None, machine="aarch64", onednn=None)[0] is False

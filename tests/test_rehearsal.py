@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import re
 import subprocess
 import sys
@@ -261,15 +262,22 @@ def test_precision_auto_decides_once_and_pins_it_for_the_processes_below():
         "setting": "auto", "ran": "fp32", "reason": "CPU (AVX2) without AVX512-BF16 or AMX"}
     assert env == {plan.PRECISION_ENV: "fp32"}
     # a job that re-reads the workflow under it decides as its parent did, whatever its own device
-    again = plan.resolve_precision("auto", env, _never)
-    assert again["ran"] == "fp32" and plan.PRECISION_ENV in again["reason"]
+    assert plan.resolve_precision("auto", env, _never) == {
+        "setting": "auto", "ran": "fp32", "reason": f"{plan.PRECISION_ENV}=fp32 in the environment"}
     env = {}
-    assert plan.resolve_precision("auto", env, _native)["ran"] == "paper" and env[plan.PRECISION_ENV] == "paper"
+    assert plan.resolve_precision("auto", env, _native) == {
+        "setting": "auto", "ran": "paper", "reason": "bf16 is native here: a CUDA device is visible"}
+    assert env == {plan.PRECISION_ENV: "paper"}
+    # by default the process's own environment (Snakemake's: its jobs inherit it; conftest undoes it)
+    os.environ.pop(plan.PRECISION_ENV, None)
+    plan.resolve_precision("auto", probe=_emulated)
+    assert os.environ[plan.PRECISION_ENV] == "fp32"
     # a value set beforehand wins (a cluster whose submitting node has no GPU)
     assert plan.resolve_precision("auto", {plan.PRECISION_ENV: "paper"}, _emulated)["ran"] == "paper"
     for setting in ("paper", "fp32"):  # explicit settings neither probe nor pin
         env = {plan.PRECISION_ENV: "fp32" if setting == "paper" else "paper"}
-        assert plan.resolve_precision(setting, env, _never)["ran"] == setting
+        assert plan.resolve_precision(setting, env, _never) == {
+            "setting": setting, "ran": setting, "reason": f"rehearsal_settings.precision: {setting}"}
         assert len(env) == 1
     with pytest.raises(InputError, match=plan.PRECISION_ENV + ".*'bf16'"):
         plan.resolve_precision("auto", {plan.PRECISION_ENV: "bf16"}, _emulated)
@@ -316,6 +324,11 @@ def test_precision_auto_runs_fp32_cells_where_bf16_is_emulated_and_the_paper_s_w
     forced = _precision_rehearsal(_never, precision="fp32")
     assert forced["rehearsal_precision"]["fp32_instead_of"] == changed
     assert all(Precision.from_cell(c).is_default for c in cells(forced).values())
+    # a config without one paper's section: the others are still changed
+    paper_less = _merge(paper, yaml.safe_load((ROOT / "config/rehearsal.yaml").read_text()))
+    del paper_less["adafedseleckd"]
+    partial = plan.apply(paper_less, ROOT, environ={}, probe=_emulated)
+    assert partial["rehearsal_precision"]["fp32_instead_of"] == {"fedmcp": changed["fedmcp"]}
     # the plan carries the decision to the report
     assert plan.document(emulated)["precision"] == emulated["rehearsal_precision"]
 
@@ -486,6 +499,21 @@ def test_report_measures_and_projects(tmp_path):
     assert p["memory_covered"] is False  # 1500 MB > 1000 MB declared
     hours = report.table_hours([row], {"p": {"t1": ["results/x/B/M/seed~1", "results/x/B/M/seed~2"]}})
     assert hours[0]["cells"] == 2 and math.isclose(hours[0]["train_hours"], round(2 * p["train_hours"], 2))
+
+
+def test_report_takes_a_pooled_trainer_s_batch_from_its_round_log(tmp_path):
+    """FedSUMM's ``all`` and AdaFedSelecKD's AdaCentralized pool every client's
+    ``examples_per_client``: their measured step ran at that pooled batch, not at 2."""
+    entry = _fake_cell(tmp_path)
+    settings = {**plan.DEFAULTS, "examples_per_client": 2}
+    write_json_atomic(tmp_path / entry["cell"] / "train_log.json",
+                      {"rounds": [{"round": 1, "clients": [{"client": "pooled", "num_examples": 3}]}]})
+    row = report.measure_cell(entry, tmp_path, settings, full_rounds=10)
+    assert row["effective_batch"] == 3 and row["batch_size"] == 4
+    assert row["projection"]["step_s_at_paper_batch"] == pytest.approx(2.0 * 4 / 3)
+    write_json_atomic(tmp_path / entry["cell"] / "train_log.json",  # more than a batch: the batch
+                      {"rounds": [{"round": 1, "clients": [{"num_examples": 2}, {"num_examples": 9}]}]})
+    assert report.measure_cell(entry, tmp_path, settings, full_rounds=10)["effective_batch"] == 4
 
 
 def test_report_gives_flops_and_mfu_from_the_counted_step_and_the_gpu(tmp_path):

@@ -107,7 +107,11 @@ def measure_cell(entry: dict, root: Path, settings: dict, full_rounds: int | Non
     gpu = [float(c["peak_gpu_mb"]) for r in rounds for c in r.get("clients", []) if c.get("peak_gpu_mb")]
     train = cell.get("train", {})
     batch = int(train.get("batch_size", 1))
-    eff_batch = min(batch, int(settings["examples_per_client"]))
+    # the examples a trainer really had (the round log's num_examples): a pooled trainer --
+    # FedSUMM's `all`, AdaFedSelecKD's AdaCentralized -- holds every client's examples_per_client
+    trained = [int(c["num_examples"]) for r in read_round_log(root / entry["cell"])[:1]
+               for c in r.get("clients", []) if isinstance(c, dict) and c.get("num_examples")]
+    eff_batch = min(batch, max(trained) if trained else int(settings["examples_per_client"]))
     bytes_rounds = prov.get("bytes_per_round") or []
     train_bench = benches.get("train") or {}
     eval_bench = benches.get("evaluate") or {}
