@@ -581,7 +581,8 @@ def test_native_bf16_is_a_gpu_or_a_cpu_with_bf16_instructions(monkeypatch):
     for x86 in ("x86_64", "AMD64", "amd64", "i386", "i686"):
         assert _cpu_probe(monkeypatch, avx512_bf16=False, amx=False, machine=x86, onednn=True)[0] is False, x86
     # the answer names this CPU's vector capability, as PyTorch reports it
-    assert f"CPU ({torch.backends.cpu.get_cpu_capability()})" in _cpu_probe(monkeypatch, avx512_bf16=False, amx=False)[1]
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert f"CPU ({capability})" in _cpu_probe(monkeypatch, avx512_bf16=False, amx=False)[1]
     # a PyTorch without oneDNN's op (or without its check): no, not an AttributeError
     import types
 
