@@ -64,7 +64,8 @@ from fedrepro.papers.adafedseleckd import grid as ada
 from fedrepro.papers.fedmcp import grid as fedmcp
 from fedrepro.papers.fedsum import grid as fedsum
 from fedrepro.papers.fedsumm import grid as fedsumm
-from fedrepro.precision import native_bf16
+from fedrepro.precision import DEFAULT as PRECISION_DEFAULT
+from fedrepro.precision import native_bf16, precision_cell
 
 WORKDIR = "results/rehearsal"
 """Snakemake's working directory during a rehearsal (relative to the repository)."""
@@ -93,8 +94,6 @@ PRECISIONS = ("paper", "fp32", "auto")
 
 PRECISION_ENV = "FEDREPRO_REHEARSAL_PRECISION"
 """Where ``precision: auto`` pins its answer (``paper`` | ``fp32``) for the processes below it."""
-
-_PRECISION_KEYS = {"precision": "fp32", "frozen_dtype": "fp32"}
 
 PAPERS = ("adafedseleckd", "fedmcp", "fedsum", "fedsumm")
 
@@ -174,10 +173,10 @@ def _apply_precision(config: dict, decision: dict) -> dict:
             sec = config.get(paper)
             if not sec:
                 continue
-            was = {k: sec[k] for k, fp32 in _PRECISION_KEYS.items() if sec.get(k, fp32) != fp32}
+            was = precision_cell(sec, paper)  # the section's keys that are not fp32
             if was:
                 changed[paper] = was
-                sec.update({k: _PRECISION_KEYS[k] for k in was})
+                sec.update(dict.fromkeys(was, PRECISION_DEFAULT))
     return {**decision, "fp32_instead_of": changed}
 
 

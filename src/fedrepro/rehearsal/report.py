@@ -109,7 +109,8 @@ def measure_cell(entry: dict, root: Path, settings: dict, full_rounds: int | Non
     batch = int(train.get("batch_size", 1))
     # the examples a trainer really had (the round log's num_examples): a pooled trainer --
     # FedSUMM's `all`, AdaFedSelecKD's AdaCentralized -- holds every client's examples_per_client
-    trained = [int(c["num_examples"]) for r in read_round_log(root / entry["cell"])[:1]
+    round_log = read_round_log(root / entry["cell"])
+    trained = [int(c["num_examples"]) for r in round_log[:1]
                for c in r.get("clients", []) if isinstance(c, dict) and c.get("num_examples")]
     eff_batch = min(batch, max(trained) if trained else int(settings["examples_per_client"]))
     bytes_rounds = prov.get("bytes_per_round") or []
@@ -178,8 +179,7 @@ def measure_cell(entry: dict, root: Path, settings: dict, full_rounds: int | Non
         proj["memory_covered"] = out["peak_rss_mb"] <= float(mem)
     out["projection"] = proj
     # -- the numbers against their bounds (CHECK_BOUNDS)
-    checks = run_checks(entry["paper"], entry["method"], cell, prov, read_round_log(root / entry["cell"]),
-                        backbone_weights(cell, root))
+    checks = run_checks(entry["paper"], entry["method"], cell, prov, round_log, backbone_weights(cell, root))
     out["checks"] = checks
     warnings = [f"{name}: {reason}" for name, c in checks.items() for reason in c.get("reasons", [])]
     if warnings:
