@@ -666,7 +666,11 @@ def _numbered(tensors: Sequence[torch.Tensor]) -> OrderedDict[str, torch.Tensor]
 
 
 # -- ρ (eq. 5–6) ------------------------------------------------------------------------------------
-_RATIO_CHUNK = 1 << 22
+_RATIO_CHUNK = 1 << 18
+"""Entries per element-wise step of ρ's float64 passes on the CPU: 2 MB float64 temporaries stay
+in the cache (1 << 22 measured 2-3× slower at 116 M entries on the 2-core VM)."""
+_DEVICE_RATIO_CHUNK = 1 << 24
+"""The same on a compute device (GPU): larger steps, fewer kernel launches."""
 
 
 SOFTMAX_SCOPES = ("global", "per_tensor", "per_layer")
@@ -821,32 +825,82 @@ def discrepancy_ratios(
     """Eq. 5 per softmax group: ``ρ_G = Σ_t σ_c,t / Σ_t σ_g,t`` over the group's entries, reduced
     to a scalar (:func:`discrepancy_ratio` for the reductions); one value per group.
     ``global_totals``: ``_float64_sum`` of each ``global_sum`` entry when the caller has them
-    (:func:`global_totals`; the same values, not computed again)."""
+    (:func:`global_totals`; the same values, not computed again).  One float64 pass over each
+    group (:func:`_ratio_sums`)."""
+    _check_ratio_inputs(client_sum, global_sum, reduction)
+    totals = global_totals if global_totals is not None else [None] * len(global_sum)
+    values = []
+    for sc, sg, total_g in zip(client_sum, global_sum, totals):
+        ((c, c2, r),) = _ratio_sums(sc, sg, [(0, sc.numel())])
+        values.append(_reduce(reduction, c, c2, r, sc.numel(), _total(sg, total_g) / c))
+    return values
+
+
+def _check_ratio_inputs(client_sum, global_sum, reduction: str) -> None:
     if len(client_sum) != len(global_sum) or not client_sum:
         raise InputError(
             "client and global softmax sums must have the same, non-zero number of scopes"
         )
     if reduction not in ("mean", "expected"):
         raise InputError(f"rho_reduction must be 'mean' or 'expected', got {reduction!r}")
-    values = []
-    totals = global_totals if global_totals is not None else [None] * len(global_sum)
-    for sc, sg, total_g in zip(client_sum, global_sum, totals):
+    for sc, sg in zip(client_sum, global_sum):
         if sc.shape != sg.shape:
             raise InputError(f"softmax sums of shapes {tuple(sc.shape)} and {tuple(sg.shape)}")
-        sc, sg = _to_compute(sc.reshape(-1)), _to_compute(sg.reshape(-1))
-        out = sc.to(torch.float64, copy=True)  # "mean": p/q; "expected": p·p/q
-        total_c = out.sum()
-        total_g = _float64_sum(sg) if total_g is None else total_g
-        for i in range(0, out.numel(), _RATIO_CHUNK):  # element-wise, in chunks
-            j = i + _RATIO_CHUNK
-            ratio = _normalised_ratio(sc[i:j], sg[i:j], total_c, total_g)
-            if reduction == "mean":
-                out[i:j] = ratio
-            else:
-                out[i:j].div_(total_c).mul_(ratio)
-        values.append(float(out.mean() if reduction == "mean" else out.sum()))
-        del out
-    return values
+
+
+def _total(sg: torch.Tensor, total_g) -> float:
+    return float(_float64_sum(sg) if total_g is None else total_g)
+
+
+def _reduce(reduction: str, c: float, c2: float, r: float, n: int, factor: float) -> float:
+    """ρ over entries with ``Σ S_c = c``, ``Σ S_c²/S_g = c2``, ``Σ S_c/S_g = r`` (``n`` of them),
+    ``factor = Σ_group S_g / Σ_group S_c``: with ``p = S_c/ΣS_c`` and ``q = S_g/ΣS_g`` (the whole
+    group's sums) ``p_i/q_i = factor·S_c,i/S_g,i``, so ``expected``, ``Σ p_i·(p_i/q_i) / Σ p_i``,
+    is ``factor·c2/c`` (``c`` = the group's ΣS_c: Σ p = 1) and ``mean``, ``(1/n) Σ p_i/q_i``, is
+    ``factor·r/n``."""
+    return factor * c2 / c if reduction == "expected" else factor * r / n
+
+
+def _chunk() -> int:
+    """Entries per element-wise step: ``_RATIO_CHUNK`` on the CPU (a few float64 temporaries that
+    stay in the cache), ``_DEVICE_RATIO_CHUNK`` on a compute device (fewer kernel launches)."""
+    return _RATIO_CHUNK if _COMPUTE[0] is None else max(_RATIO_CHUNK, _DEVICE_RATIO_CHUNK)
+
+
+def _ratio_sums(
+    client_sum: torch.Tensor,
+    global_sum: torch.Tensor,
+    spans: Sequence[tuple[int, int]],
+    ratios: torch.Tensor | None = None,
+) -> list[tuple[float, float, float]]:
+    """One float64 pass over one softmax group's ``S_c`` and ``S_g``: per span ``(start, n)`` of
+    the flat vectors ``(Σ S_c,i, Σ S_c,i²/S_g,i, Σ S_c,i/S_g,i)``, from which :func:`_reduce`
+    makes eq. 5's ratios and every statistic of :func:`rho_statistics` (all linear in these sums
+    once the group's ``ΣS_c`` is known, so one read of each vector suffices).  ``ratios``: a
+    float32 vector as long as the spans together; ``S_c,i/S_g,i`` is written there span after
+    span.
+
+    Hand-written (no library reduces two streams to these three sums): chunk by chunk, in float64
+    (a float32 value squared is exact in float64), each chunk's sums by PyTorch's cascade
+    summation and added in float64 on the compute device (one synchronisation at the end).
+    """
+    sc, sg = _to_compute(client_sum.reshape(-1)), _to_compute(global_sum.reshape(-1))
+    chunk = _chunk()
+    sums = torch.zeros(len(spans), 3, dtype=torch.float64, device=sc.device)
+    pos = 0
+    for k, (start, n) in enumerate(spans):
+        row = sums[k]
+        for i in range(start, start + n, chunk):
+            j = min(i + chunk, start + n)
+            s = sc[i:j].to(torch.float64)
+            r = s / sg[i:j].to(torch.float64)
+            row[0] += s.sum()
+            row[2] += r.sum()
+            row[1] += s.mul_(r).sum()
+            if ratios is not None:
+                ratios[pos + i - start : pos + j - start] = r
+        pos += n
+    return [tuple(v) for v in sums.tolist()]
 
 
 def global_totals(global_sum: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -860,16 +914,10 @@ def _float64_sum(t: torch.Tensor) -> torch.Tensor:
     """Σ t accumulated in float64, chunk by chunk (no parameter-sized float64 copy)."""
     t = _to_compute(t.reshape(-1))
     total = torch.zeros((), dtype=torch.float64, device=t.device)
-    for i in range(0, t.numel(), _RATIO_CHUNK):
-        total += t[i : i + _RATIO_CHUNK].sum(dtype=torch.float64)
+    chunk = _chunk()
+    for i in range(0, t.numel(), chunk):
+        total += t[i : i + chunk].sum(dtype=torch.float64)
     return _from_compute(total)
-
-
-def _normalised_ratio(sc: torch.Tensor, sg: torch.Tensor, total_c, total_g) -> torch.Tensor:
-    """``(S_c,i / Σ S_c) / (S_g,i / Σ S_g)`` in float64: eq. 5's ratio with both sums normalised
-    (Σ S_c = Σ S_g = |T| exactly; in float32 each softmax's sum is off by ~1e-7 … 1e-6 at 1e5
-    … 1e8 entries, as large as the literal reading's whole signal)."""
-    return (sc.to(torch.float64) / total_c).div_(sg.to(torch.float64) / total_g)
 
 
 def discrepancy_ratio(
@@ -887,11 +935,13 @@ def discrepancy_ratio(
         ``"mean"``: ``(1/d) Σ_i p_i / q_i``; ``"expected"``: ``Σ_i p_i · p_i / q_i`` with
         ``p = S_c / Σ_j S_c,j`` and ``q = S_g / Σ_j S_g,j`` (both sums are |T| exactly, so this is
         eq. 5's ``S_c,i / S_g,i``; normalising both removes the float32 softmaxes' normalisation
-        error, :func:`_normalised_ratio`).  With several scopes (per tensor, per layer) the
+        error: in float32 each softmax's sum is off by ~1e-7 … 1e-6 at 1e5 … 1e8 entries, as large
+        as the literal reading's whole signal).  With several scopes (per tensor, per layer) the
         scalars (:func:`discrepancy_ratios`) are averaged.
 
-    In float64 with one parameter-sized temporary: the element-wise steps run chunk by chunk,
-    then the full-length reduction.
+    In float64, in one pass over the entries without a parameter-sized temporary
+    (:func:`_ratio_sums`): the normalisations are scalars, so they are applied to the sums
+    (:func:`_reduce`).
     """
     values = discrepancy_ratios(client_sum, global_sum, reduction)
     return sum(values) / len(values)
@@ -952,43 +1002,56 @@ def rho_statistics(
     of ρ_i over k); ``group``: over the softmax groups' ρ_G (``group_values``, the values that
     modulate per group; one value for ``global``).  Each as :func:`deviation_summary`.
 
-    A diagnostic, so cheaper than :func:`discrepancy_ratio`: ρ_i in float32 (``S_c,i · (ΣS_g /
-    ΣS_c) / S_g,i``, the normalising factor from float64 sums; error ~1e-7 per entry), the
-    per-tensor sums in float32 (PyTorch's cascade summation) per chunk; tensor by tensor in
-    chunks, plus one parameter-sized float32 array of ρ_i − 1 for the quantiles (NumPy's
-    partition, in place).  ``global_totals``: as :func:`discrepancy_ratios`.
+    :func:`rho_and_statistics` computes ρ_G and these in one pass; this returns its statistics
+    (``group`` from ``group_values`` when given, as before; none otherwise).
     """
+    groups, stats = rho_and_statistics(client_sum, global_sum, slices, reduction, global_totals)
+    if group_values is None:
+        del stats["group"]
+    else:
+        stats["group"] = deviation_summary(np.asarray([v - 1.0 for v in group_values]))
+    return stats
+
+
+def rho_and_statistics(
+    client_sum: Sequence[torch.Tensor],
+    global_sum: Sequence[torch.Tensor],
+    slices: Sequence[Sequence[tuple[str, int, int]]],
+    reduction: str = "expected",
+    global_totals: Sequence[torch.Tensor] | None = None,
+) -> tuple[list[float], dict[str, dict[str, float]]]:
+    """Eq. 5's ρ_G of every softmax group (:func:`discrepancy_ratios`) and the distribution of
+    ρ − 1 (:func:`rho_statistics`, with ``group`` over these ρ_G) in one float64 pass over each
+    group (:func:`_ratio_sums`): per tensor the three sums, from which ρ_G and every tensor's value
+    follow (:func:`_reduce`), and ``S_c,i/S_g,i`` of every entry in one parameter-sized float32
+    vector, scaled to ρ_i − 1 in place for the quantiles (NumPy's partition, in place, on the CPU;
+    a sort on a compute device).  ``global_totals``: as :func:`discrepancy_ratios`."""
+    _check_ratio_inputs(client_sum, global_sum, reduction)
     total = sum(n for group in slices for _, _, n in group)
     totals = global_totals if global_totals is not None else [None] * len(global_sum)
-    offload = _COMPUTE[0] is not None  # ρ_i − 1 kept on the compute device, its quantiles there
-    dev = (torch.empty(total, dtype=torch.float32, device=_COMPUTE[0]) if offload
-           else np.empty(total, dtype=np.float32))
-    tensor_values, pos = [], 0
+    dev = torch.empty(total, dtype=torch.float32, device=_COMPUTE[0] if _COMPUTE[0] is not None else "cpu")
+    groups, tensor_values, pos = [], [], 0
     for sc, sg, group, total_g in zip(client_sum, global_sum, slices, totals, strict=True):
-        sc, sg = _to_compute(sc.reshape(-1)), _to_compute(sg.reshape(-1))
-        factor = float((_float64_sum(sg) if total_g is None else total_g) / _float64_sum(sc))
-        for _, start, n in group:
-            weighted, weight, plain = 0.0, 0.0, 0.0
-            for i in range(start, start + n, _RATIO_CHUNK):
-                j = min(i + _RATIO_CHUNK, start + n)
-                s = sc[i:j].float()
-                r = (s * factor).div_(sg[i:j].float())  # ρ_i
-                weighted += float((s * r).sum())  # float32 cascade sums, added in float64
-                weight += float(s.sum())
-                plain += float(r.sum())
-                r.sub_(1.0)
-                dev[pos + i - start : pos + j - start] = r if offload else r.numpy()
-            pos += n
-            value = plain / n if reduction == "mean" else weighted / weight
-            tensor_values.append(value - 1.0)
-    out = {
-        "parameter": deviation_summary(dev),
+        size = sum(n for _, _, n in group)
+        if size != sc.numel():
+            raise InputError(f"softmax group of {sc.numel()} entries, its slices cover {size}")
+        sums = _ratio_sums(sc, sg, [(start, n) for _, start, n in group], dev[pos : pos + size])
+        group_c = sum(c for c, _, _ in sums)
+        factor = _total(sg, total_g) / group_c
+        c2 = sum(v for _, v, _ in sums)
+        r = sum(v for _, _, v in sums)
+        groups.append(_reduce(reduction, group_c, c2, r, size, factor))
+        for (_, _, n), (c, c2, r) in zip(group, sums):
+            tensor_values.append(_reduce(reduction, c, c2, r, n, factor) - 1.0)
+        dev[pos : pos + size].mul_(factor).sub_(1.0)  # ρ_i − 1
+        pos += size
+    stats = {
+        "parameter": deviation_summary(dev if _COMPUTE[0] is not None else dev.numpy()),
         "tensor": deviation_summary(np.asarray(tensor_values)),
+        "group": deviation_summary(np.asarray([v - 1.0 for v in groups])),
     }
     del dev
-    if group_values is not None:
-        out["group"] = deviation_summary(np.asarray([v - 1.0 for v in group_values]))
-    return out
+    return groups, stats
 
 
 @dataclasses.dataclass
@@ -1115,11 +1178,10 @@ class DiscrepancyTracker:
         return out
 
     def _result(self, sc, sg, totals, slices) -> RhoResult:
-        groups = discrepancy_ratios(sc, sg, self.reduction, totals)
-        stats = None
-        if slices is not None:
-            stats = rho_statistics(sc, sg, slices, self.reduction, group_values=groups,
-                                   global_totals=totals)
+        if slices is None:
+            groups, stats = discrepancy_ratios(sc, sg, self.reduction, totals), None
+        else:
+            groups, stats = rho_and_statistics(sc, sg, slices, self.reduction, totals)
         return RhoResult(sum(groups) / len(groups), groups, stats)
 
     def state_dict(self) -> dict:
