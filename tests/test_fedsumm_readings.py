@@ -420,6 +420,48 @@ def test_rho_statistics_and_ratios_chunk_by_chunk_equal_the_hand_values(monkeypa
             assert st["group"] == pytest.approx({k: rho - 1 for k in st["group"]}, rel=1e-9)
 
 
+
+def _summary(values) -> dict:
+    return dict(zip(("min", "p1", "p50", "p99", "max"), np.quantile(values, [0, 0.01, 0.5, 0.99, 1])),
+                mean=float(np.mean(values)))
+
+
+@pytest.mark.parametrize("reduction", ["expected", "mean"])
+def test_rho_and_statistics_of_several_groups_each_normalised_by_its_own_sums(monkeypatch, reduction):
+    """Two softmax groups of different sizes and totals (per-layer scope): ρ_G and every
+    statistic in float64 by hand, each group normalised by its *own* ΣS_c and ΣS_g -- from one
+    pass (``rho_and_statistics``) as from the two functions the tracker used to call."""
+    from fedrepro.papers.fedsumm import algorithm as A
+
+    g = torch.Generator().manual_seed(5)
+    sizes = (5, 7)
+    sc = [(torch.rand(n, generator=g) + 0.1) * w for n, w in zip(sizes, (1.0, 9.0))]
+    sg = [(torch.rand(n, generator=g) + 0.1) * w for n, w in zip(sizes, (3.0, 0.5))]
+    slices = [[("a", 0, 2), ("b", 2, 3)], [("c", 0, 4), ("d", 4, 3)]]
+    groups, ratios, tensors = [], [], []
+    for c, q_raw, group in zip(sc, sg, slices):
+        p = c.double() / c.double().sum()
+        q = q_raw.double() / q_raw.double().sum()
+        ratio = p / q
+        groups.append(float((p * ratio).sum()) if reduction == "expected" else float(ratio.mean()))
+        ratios.append((ratio - 1).numpy())
+        for _, start, n in group:
+            part = slice(start, start + n)
+            tensors.append(float((p[part] * ratio[part]).sum() / p[part].sum()) - 1
+                           if reduction == "expected" else float(ratio[part].mean()) - 1)
+    for chunk in (A._RATIO_CHUNK, 3):
+        monkeypatch.setattr(A, "_RATIO_CHUNK", chunk)
+        got, st = A.rho_and_statistics(sc, sg, slices, reduction)
+        assert got == pytest.approx(groups, rel=1e-12), chunk
+        assert discrepancy_ratios(sc, sg, reduction, A.global_totals(sg)) == pytest.approx(groups, rel=1e-12)
+        assert st["parameter"] == pytest.approx(_summary(np.concatenate(ratios)), rel=1e-5, abs=1e-6)
+        assert st["tensor"] == pytest.approx(_summary(tensors), rel=1e-9, abs=1e-12)
+        assert st["group"] == pytest.approx(_summary([v - 1 for v in groups]), rel=1e-9)
+        assert rho_statistics(sc, sg, slices, reduction, group_values=got) == st
+    with pytest.raises(InputError, match="its slices cover 4"):
+        A.rho_and_statistics(sc[:1], sg[:1], [[("a", 0, 4)]], reduction)
+
+
 def test_tracker_defaults_validation_and_its_own_store():
     """A tracker made without arguments is eq. 5 as printed (global softmax, ``expected``,
     cumulative) on a store of its own that keeps only the live sums; its state round-trips;
