@@ -187,3 +187,25 @@ def test_one_pass_round_sums_are_the_separate_functions_bits(apply_on_server):
     assert all(mean_dev[k].device.type == "cpu" and torch.equal(mean_dev[k], mean[k]) for k in w_t)
     assert all(torch.equal(avg_dev[k], fedavg[k]) for k in w_t)
     assert diff_dev == pytest.approx(diff, rel=1e-12) and other_dev == pytest.approx(other_norm)
+
+
+def test_the_ratio_passes_take_cache_sized_chunks_on_the_cpu_and_large_ones_on_a_device():
+    assert A._chunk() == A._RATIO_CHUNK == 1 << 18
+    with A.server_compute_device(ACCEL):
+        assert A._chunk() == A._DEVICE_RATIO_CHUNK == 1 << 24
+    assert A._chunk() == A._RATIO_CHUNK
+
+
+def test_the_statistics_stay_on_the_device(monkeypatch):
+    """ρ − 1 of every entry is made and summarised on the compute device (a GPU sort), not copied
+    to the CPU: at 116 M entries a CPU sort takes ~20 s."""
+    seen = []
+    real = A._deviation_summary_torch
+    monkeypatch.setattr(A, "_deviation_summary_torch",
+                        lambda v: seen.append((v.device, v.dtype, v.numel())) or real(v))
+    sc = [torch.tensor([0.5, 0.25, 0.25])]
+    sg = [torch.tensor([0.25, 0.5, 0.25])]
+    with strict_device(), A.server_compute_device(ACCEL):
+        groups, stats = A.rho_and_statistics(sc, sg, [[("a", 0, 3)]])
+    assert seen == [(ACCEL, torch.float32, 3)]
+    assert groups == A.rho_and_statistics(sc, sg, [[("a", 0, 3)]])[0]

@@ -460,6 +460,46 @@ def test_rho_and_statistics_of_several_groups_each_normalised_by_its_own_sums(mo
         assert rho_statistics(sc, sg, slices, reduction, group_values=got) == st
     with pytest.raises(InputError, match="its slices cover 4"):
         A.rho_and_statistics(sc[:1], sg[:1], [[("a", 0, 4)]], reduction)
+    with pytest.raises(InputError, match="2 softmax groups but slices for 1"):
+        A.rho_and_statistics(sc, sg, slices[:1], reduction)
+    if reduction == "expected":  # eq. 5 as printed is the default of all three
+        assert discrepancy_ratios(sc, sg) == got
+        assert A.rho_and_statistics(sc, sg, slices) == (got, st)
+        assert rho_statistics(sc, sg, slices) == {k: v for k, v in st.items() if k != "group"}
+
+
+def test_the_ratios_use_the_callers_totals_and_numpy_quantiles_on_the_cpu(monkeypatch):
+    """ΣS_g passed in (``global_totals``: once per round for every client sharing S_g) is not
+    summed again -- by the functions nor by the tracker, whose round sums each S_g once -- and on
+    the CPU the quantiles of ρ − 1 are NumPy's partition, not a sort of 10^8 entries."""
+    from fedrepro.papers.fedsumm import algorithm as A
+
+    sc = [torch.tensor([0.5, 0.25, 0.25]), torch.tensor([0.4, 0.6])]
+    sg = [torch.tensor([0.25, 0.5, 0.25]), torch.tensor([0.5, 0.5])]
+    slices = [[("a", 0, 3)], [("b", 0, 2)]]
+    totals = A.global_totals(sg)
+    want = A.rho_and_statistics(sc, sg, slices)
+    calls = []
+    real_sum = A._float64_sum
+    monkeypatch.setattr(A, "_float64_sum", lambda t: calls.append(t.numel()) or real_sum(t))
+
+    def no_sort(values):
+        raise AssertionError("the CPU's quantiles went through a sort")
+
+    monkeypatch.setattr(A, "_deviation_summary_torch", no_sort)
+    assert A.discrepancy_ratios(sc, sg, "expected", totals) == want[0]
+    assert A.rho_and_statistics(sc, sg, slices, "expected", totals) == want
+    assert A.rho_statistics(sc, sg, slices, global_totals=totals) == {
+        k: v for k, v in want[1].items() if k != "group"}
+    assert calls == []
+    # a tracker round of three clients that share S_g: ΣS_g once per group, for both paths
+    zeros = OrderedDict(a=torch.zeros(2), b=torch.zeros(1))
+    moved = {c: OrderedDict(a=torch.tensor([0.1 * i, 0.0]), b=torch.zeros(1)) for i, c in
+             enumerate("cde", start=1)}
+    for statistics in (False, True):
+        calls.clear()
+        DiscrepancyTracker().update_round_detailed(moved, zeros, statistics=statistics)
+        assert calls == [3], statistics
 
 
 def test_tracker_defaults_validation_and_its_own_store():

@@ -1027,11 +1027,13 @@ def rho_and_statistics(
     vector, scaled to ρ_i − 1 in place for the quantiles (NumPy's partition, in place, on the CPU;
     a sort on a compute device).  ``global_totals``: as :func:`discrepancy_ratios`."""
     _check_ratio_inputs(client_sum, global_sum, reduction)
+    if len(slices) != len(client_sum):
+        raise InputError(f"{len(client_sum)} softmax groups but slices for {len(slices)}")
     total = sum(n for group in slices for _, _, n in group)
     totals = global_totals if global_totals is not None else [None] * len(global_sum)
-    dev = torch.empty(total, dtype=torch.float32, device=_COMPUTE[0] if _COMPUTE[0] is not None else "cpu")
+    dev = torch.empty(total, dtype=torch.float32, device=_COMPUTE[0])  # None: the CPU
     groups, tensor_values, pos = [], [], 0
-    for sc, sg, group, total_g in zip(client_sum, global_sum, slices, totals, strict=True):
+    for sc, sg, group, total_g in zip(client_sum, global_sum, slices, totals):
         size = sum(n for _, _, n in group)
         if size != sc.numel():
             raise InputError(f"softmax group of {sc.numel()} entries, its slices cover {size}")
