@@ -496,10 +496,37 @@ def test_the_ratios_use_the_callers_totals_and_numpy_quantiles_on_the_cpu(monkey
     zeros = OrderedDict(a=torch.zeros(2), b=torch.zeros(1))
     moved = {c: OrderedDict(a=torch.tensor([0.1 * i, 0.0]), b=torch.zeros(1)) for i, c in
              enumerate("cde", start=1)}
-    for statistics in (False, True):
-        calls.clear()
-        DiscrepancyTracker().update_round_detailed(moved, zeros, statistics=statistics)
-        assert calls == [3], statistics
+    for window in ("cumulative", "round"):
+        for statistics in (False, True):
+            calls.clear()
+            DiscrepancyTracker(window=window).update_round_detailed(moved, zeros, statistics=statistics)
+            assert calls == [3], (window, statistics)
+
+
+def test_a_shared_global_sum_read_back_for_a_client_after_one_with_other_rounds():
+    """Partial participation: in round 2, a and c (both in round 1) share S_g, b (new) has its own;
+    in the order a, b, c the tracker reads a's S_g back for c after b's replaced it.  Every client's
+    ρ and statistics equal those of a tracker that saw only that client's rounds."""
+    g = torch.Generator().manual_seed(11)
+    shapes = {"w": (3, 2), "b": (2,)}
+
+    def params():
+        return OrderedDict((k, torch.randn(*s, generator=g)) for k, s in shapes.items())
+
+    w1, w2 = params(), params()
+    r1 = {"a": params(), "c": params()}
+    r2 = {"a": params(), "b": params(), "c": params()}
+    shared = DiscrepancyTracker()
+    shared.update_round_detailed(r1, w1, statistics=True)
+    got = shared.update_round_detailed(r2, w2, statistics=True)
+    assert shared.global_sums["a"] == shared.global_sums["c"] != shared.global_sums["b"]
+    for c in r2:
+        alone = DiscrepancyTracker()
+        if c in r1:
+            alone.update_round_detailed({c: r1[c]}, w1)
+        want = alone.update_round_detailed({c: r2[c]}, w2, statistics=True)[c]
+        assert (got[c].rho, got[c].groups, got[c].statistics) == (
+            want.rho, want.groups, want.statistics), c
 
 
 def test_tracker_defaults_validation_and_its_own_store():
