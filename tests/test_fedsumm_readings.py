@@ -383,6 +383,11 @@ def test_rho_statistics_hand_computation():
     assert deviation_summary([3.0]) == {k: 3.0 for k in ("min", "p1", "p50", "p99", "max", "mean")}
 
 
+def _summary(values) -> dict:
+    return dict(zip(("min", "p1", "p50", "p99", "max"), np.quantile(values, [0, 0.01, 0.5, 0.99, 1])),
+                mean=float(np.mean(values)))
+
+
 @pytest.mark.parametrize("reduction", ["expected", "mean"])
 def test_rho_statistics_and_ratios_chunk_by_chunk_equal_the_hand_values(monkeypatch, reduction):
     """Three tensors of one softmax group, cut into chunks of 2 entries (so chunks cross no
@@ -399,15 +404,13 @@ def test_rho_statistics_and_ratios_chunk_by_chunk_equal_the_hand_values(monkeypa
     ratio = p / q
     rho = float((p * ratio).sum()) if reduction == "expected" else float(ratio.mean())
     dev = (ratio - 1).numpy()
-    parameter = dict(zip(("min", "p1", "p50", "p99", "max"),
-                         np.quantile(dev, [0, 0.01, 0.5, 0.99, 1])), mean=float(dev.mean()))
+    parameter = _summary(dev)
     tensors = []
     for _, start, n in slices[0]:
         part = slice(start, start + n)
         tensors.append(float((p[part] * ratio[part]).sum() / p[part].sum()) - 1
                        if reduction == "expected" else float(ratio[part].mean()) - 1)
-    tensor = dict(zip(("min", "p1", "p50", "p99", "max"),
-                      np.quantile(tensors, [0, 0.01, 0.5, 0.99, 1])), mean=float(np.mean(tensors)))
+    tensor = _summary(tensors)
     for chunk in (A._RATIO_CHUNK, 2):
         monkeypatch.setattr(A, "_RATIO_CHUNK", chunk)
         for totals in (None, A.global_totals(sg)):
@@ -418,12 +421,6 @@ def test_rho_statistics_and_ratios_chunk_by_chunk_equal_the_hand_values(monkeypa
             assert st["parameter"] == pytest.approx(parameter, rel=1e-5, abs=1e-6), chunk
             assert st["tensor"] == pytest.approx(tensor, rel=1e-5, abs=1e-6), chunk
             assert st["group"] == pytest.approx({k: rho - 1 for k in st["group"]}, rel=1e-9)
-
-
-
-def _summary(values) -> dict:
-    return dict(zip(("min", "p1", "p50", "p99", "max"), np.quantile(values, [0, 0.01, 0.5, 0.99, 1])),
-                mean=float(np.mean(values)))
 
 
 @pytest.mark.parametrize("reduction", ["expected", "mean"])

@@ -864,7 +864,7 @@ def _reduce(reduction: str, c: float, c2: float, r: float, n: int, factor: float
 def _chunk() -> int:
     """Entries per element-wise step: ``_RATIO_CHUNK`` on the CPU (a few float64 temporaries that
     stay in the cache), ``_DEVICE_RATIO_CHUNK`` on a compute device (fewer kernel launches)."""
-    return _RATIO_CHUNK if _COMPUTE[0] is None else max(_RATIO_CHUNK, _DEVICE_RATIO_CHUNK)
+    return _RATIO_CHUNK if _COMPUTE[0] is None else _DEVICE_RATIO_CHUNK
 
 
 def _ratio_sums(
