@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import torch
 
+from fedrepro import cancellation
 from fedrepro.io import InputError
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -109,6 +110,7 @@ class StepTimer:
 
     @contextlib.contextmanager
     def step(self):
+        cancellation.check()  # a client call given up on stops here (fedrepro.cancellation)
         counted = self._count_this_step()
         if counted:
             from fedrepro.flops import counting

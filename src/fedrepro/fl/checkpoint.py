@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from fedrepro import cancellation
 from fedrepro.io import InputError, read_json, safetensors_save_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ def save_state(path: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
     client writes (:func:`deferred_client_writes`), the write happens in the background: the
     tensors are snapshotted now and written by the process's :class:`BackgroundWriter`.
     """
+    cancellation.check()  # a client given up on writes nothing more (fedrepro.cancellation)
     tensors = snapshot(state)
     if _defers_client_writes():
         WRITER.submit(path, lambda: safetensors_save_atomic(tensors, path))

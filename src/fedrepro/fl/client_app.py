@@ -10,12 +10,14 @@ then overrides the folder named in the cell.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import torch  # noqa: F401 - Flower's ArrayRecord.to_torch_state_dict needs torch imported
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedrepro import cancellation
 from fedrepro.devices import cpu_state
 from fedrepro.fl import failpoints
 from fedrepro.fl.checkpoint import client_checkpoint_writes
@@ -23,6 +25,7 @@ from fedrepro.fl.strategy import metric_record
 from fedrepro.fl.tasks import task_for
 
 app = ClientApp()
+log = logging.getLogger(__name__)
 
 
 def _client_view(config, context: Context) -> tuple[dict, int, str]:
@@ -50,16 +53,25 @@ def _bounded(cell: dict, client: str, partition_id: int, round_index: int, what:
     a client that stalls then answers with an error instead of holding its worker forever.  This
     matters on Flower's simulation engine, whose runtime waits for every running ClientApp before
     ``run_simulation`` returns, even after the ServerApp has given up on the round; the stalled
-    thread dies with the Ray actor (or the ClientApp process) when the run is torn down.  Any
+    thread dies with the Ray actor (or the ClientApp process) when the run is torn down.  On
+    giving up, the call also *cancels* the worker (:mod:`fedrepro.cancellation`): it stops at its
+    next training step, checkpoint write or failpoint sleep -- the call waits for that up to
+    :data:`~fedrepro.cancellation.GRACE_S` -- so it cannot re-seed or draw from the torch
+    generator of what this process runs next (the in-process engine, the test suite).  Any
     exception is re-raised as a :class:`ClientError` naming the client.  The failpoint
     ``client_<what>`` (:mod:`fedrepro.fl.failpoints`) is hit first."""
     limit = float(cell.get("round_timeout_s", 3600))
     box: dict = {}
+    what_round = f"client {client}'s {what} of round {round_index}"
+    # a child of the caller's token: the in-process grid cancels it when its deadline passes first
+    token = cancellation.Token(what_round, parent=cancellation.current())
 
     def run() -> None:
         try:
-            failpoints.hit(f"client_{what}", client)
-            box["out"] = work()
+            with cancellation.cancellable(token):
+                cancellation.check()  # the caller was given up on already: start nothing
+                failpoints.hit(f"client_{what}", client)
+                box["out"] = work()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             box["exc"] = exc
 
@@ -67,6 +79,13 @@ def _bounded(cell: dict, client: str, partition_id: int, round_index: int, what:
     worker.start()
     worker.join(limit)
     if worker.is_alive():
+        # stop the worker at its next safe point (fedrepro.cancellation): left running, it would
+        # re-seed and draw from the process's torch generator under whatever this process runs next
+        token.cancel()
+        worker.join(min(cancellation.GRACE_S, limit))
+        if worker.is_alive():
+            log.warning("%s was given up on and is still running (inside one call); until it "
+                        "ends, other work in this process may not reproduce its bits", what_round)
         raise ClientError(
             f"client {client} (partition {partition_id}) did not finish its {what} of round "
             f"{round_index} within the round's time limit of {limit:g} s (config key "

@@ -20,12 +20,17 @@ in a worker thread that the server waits for at most until the deadline of ``sen
 ``timeout`` (the strategy passes the cell's ``round_timeout_s``): a client that hangs becomes an
 error reply naming it and the limit, the clients after it in that round are not started, and the
 round fails as it does on the other engines.  Python cannot kill a thread, so the stalled worker
-is a daemon thread, abandoned when the job's process exits.
+is *cancelled* (:mod:`fedrepro.cancellation`): it stops at its next training step, checkpoint
+write or failpoint sleep, which the grid waits for (up to ``cancellation.GRACE_S``) before the
+round fails -- left running, it would re-seed and draw from the process's torch generator under
+whatever the process runs next.  A worker stuck inside one call stays a daemon thread, logged,
+and is abandoned when the job's process exits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 import traceback
@@ -38,7 +43,10 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedrepro import cancellation
 from fedrepro.fl import npy_threads
+
+log = logging.getLogger(__name__)
 
 npy_threads.install()  # np.load in client threads on CPython 3.11.7 (gh-106905)
 
@@ -102,10 +110,14 @@ class InProcessGrid(Grid):
         finish before the deadline."""
         context = self._contexts[msg.metadata.dst_node_id]
         box: dict[str, Message] = {}
+        # cancelled when the deadline passes: the ClientApp's bounded work (a child token) then
+        # stops at its next safe point instead of training on beside what this process runs next
+        token = cancellation.Token(f"{self._who(msg.metadata.dst_node_id)}'s message")
 
         def work() -> None:
             try:
-                box["reply"] = self._app(msg, context)
+                with cancellation.cancellable(token):
+                    box["reply"] = self._app(msg, context)
             except Exception as exc:  # noqa: BLE001 - becomes an error reply, as in Flower
                 reason = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
                 box["reply"] = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason), reply_to=msg)
@@ -113,6 +125,14 @@ class InProcessGrid(Grid):
         worker = threading.Thread(target=work, name=f"client-node-{msg.metadata.dst_node_id}", daemon=True)
         worker.start()
         worker.join(None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0))
+        if worker.is_alive():
+            token.cancel()
+            worker.join(cancellation.GRACE_S)  # the cancelled work stops at its next safe point
+            if worker.is_alive():
+                log.warning("%s: the ClientApp is still running after the round gave up on it (inside "
+                            "one call); until it ends, other work in this process may not reproduce "
+                            "its bits", self._who(msg.metadata.dst_node_id))
+            return None  # no reply within the deadline, whatever the cancelled work answered
         return box.get("reply")
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
+from fedrepro import cancellation
 from fedrepro.io import InputError
 
 ENV = "FEDREPRO_FAILPOINTS"
@@ -56,6 +56,8 @@ def hit(point: str, client: str) -> None:
             seconds = float(action.split(":", 1)[1])
         except ValueError:
             raise InputError(f"{ENV}: {point}.{client}: {action!r} is not sleep:SECONDS") from None
-        time.sleep(seconds)
+        # wakes at once, with Cancelled, when a bounded client call gives up on this client
+        # (fedrepro.cancellation): a stalled client does not go on after its round has failed
+        cancellation.sleep(seconds)
         return
     raise InputError(f"{ENV}: {point}.{client}: unknown action {action!r} (raise | sleep:SECONDS)")
