@@ -106,3 +106,28 @@ def _rehearsal_precision_pin_undone():
         os.environ.pop(PRECISION_ENV, None)
     else:
         os.environ[PRECISION_ENV] = before
+
+
+CLIENT_THREADS = ("fedrepro-client-", "client-node-")
+"""Name prefixes of the threads a client's work runs in (fedrepro.fl.client_app, fedrepro.fl.engine)."""
+
+
+@pytest.fixture(autouse=True)
+def _no_client_work_left_running():
+    """A test must not leave a client's work running: it would go on beside the tests after it in
+    this worker process -- re-seeding and drawing from their torch generator -- and one of them,
+    not this test, would fail on bits (CI did once: fedrepro.cancellation).  A thread that was
+    already running before the test (a leak of an earlier one, reported there) is not counted."""
+    import threading
+    import time
+
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 15.0  # a cancelled worker ends at its next safe point
+    while True:
+        left = [t.name for t in threading.enumerate()
+                if t not in before and t.is_alive() and t.name.startswith(CLIENT_THREADS)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"client work left running after the test: {left} (see fedrepro.cancellation)"
