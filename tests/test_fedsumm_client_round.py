@@ -164,3 +164,24 @@ def test_guidance_without_a_gradient(world, tmp_path):
                                    model, "w")
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert list(g.modulated_gradient) == names and all(torch.equal(g.modulated_gradient[n], full[n]) for n in names)
+
+
+def test_the_working_model_is_not_reused_across_backbone_folders(world, tmp_path, monkeypatch):
+    """The resident working model's key names the backbone's folder and its identity, not only
+    the resident object's ``id``: an id is reused once its object is freed (a backbone dropped from
+    the resident cache), and a model built from another folder must not be lent out for it."""
+    import shutil
+
+    root, _ = world
+    cell = step._cell(world, tmp_path, "bart", "FedSUMM", next(iter(step.DECAY)))
+    other = tmp_path / "other_backbone"
+    shutil.copytree(root / "backbone", other)
+    same_object = task._backbone(str(root / "backbone"))
+    monkeypatch.setattr(task, "_backbone", lambda folder: same_object)  # as if the id were reused
+    key = task._working_key(cell)
+    assert key == task._working_key(dict(cell))
+    assert task._working_key({**cell, "backbone_dir": str(other)}) != key
+    config = other / "config.json"
+    before = task._working_key({**cell, "backbone_dir": str(other)})
+    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))  # rebuilt
+    assert task._working_key({**cell, "backbone_dir": str(other)}) != before

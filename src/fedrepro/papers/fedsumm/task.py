@@ -187,9 +187,16 @@ _WORKING_LOCK = threading.Lock()
 
 def _working_key(cell: Mapping) -> tuple:
     """What a freshly built model of ``cell`` depends on besides the weights a client loads."""
+    from fedrepro.models.resident import folder_identity
+
     _, bart = _backbone(str(cell["backbone_dir"]))
+    folder = Path(cell["backbone_dir"]).resolve()
     return (
         id(bart),  # the resident backbone (a rebuilt folder is loaded again: a new object)
+        # ...and its folder: an id is reused once its object is freed (a backbone dropped from the
+        # resident cache), so the id alone could match a model built from another folder
+        str(folder),
+        folder_identity(folder),
         cell["model"],
         int(cell["seed"]),
         cell.get("copy_attention", "cross_attention"),
