@@ -182,6 +182,28 @@ def test_a_changed_backbone_or_example_invalidates_the_cache(caplog):
     assert cache.misses == 7 and cache.hits == 5
 
 
+def test_another_backbone_object_is_fingerprinted_even_where_everything_else_matches(monkeypatch, caplog):
+    """A new backbone (another cell's, loaded after the old one was freed) may get the old one's
+    ``id`` and, freshly loaded, the same tensor versions: it must still be fingerprinted, not
+    served the old backbone's prefixes."""
+    from fedrepro.papers.adafedseleckd import prefix_cache
+
+    examples = _examples(3)
+    model, other = _model(), _model()
+    with torch.no_grad():  # other weights, equal tensor versions after a reset of the counters
+        other.backbone.get_encoder().layers[0].fc1.weight.add_(1.0)
+    monkeypatch.setattr(prefix_cache, "_versions", lambda backbone: (0,))  # as freshly loaded
+    monkeypatch.setattr(prefix_cache, "id", lambda obj: 1, raising=False)  # as a reused id
+    cache = PrefixCache("fp32", 1 << 30)
+    batch = collate(examples, PAD, START)
+    cache.begin(model, "c", examples)
+    cache.batch_prefix(model, batch, batch)
+    assert len(cache._store) == 3
+    with caplog.at_level(logging.INFO, logger="fedrepro.papers.adafedseleckd.prefix_cache"):
+        cache.begin(other, "c", examples)
+    assert "the backbone changed" in caplog.text and len(cache._store) == 0
+
+
 def test_the_budget_evicts_other_clients_first():
     model = _model()
     a, b = _examples(3, seed=1), _examples(3, seed=2)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
@@ -136,7 +137,10 @@ class PrefixCache:
         self.used = 0
         self.active = False
         self.client: str | None = None
-        self._identity: tuple | None = None  # (backbone id, versions, device, dtype, fingerprint)
+        self._identity: tuple | None = None  # (versions, device, dtype, fingerprint)
+        # the backbone itself, weakly: an id() is reused once its object is freed, so a new
+        # backbone could pass for the old one and be served its cached prefixes
+        self._backbone: weakref.ref | None = None
         self._autocast: tuple | None = None  # the autocast state the stored prefixes were made in
         self.hits = 0
         self.misses = 0
@@ -147,13 +151,15 @@ class PrefixCache:
         param = next(backbone.parameters())
         versions = _versions(backbone)
         ident = self._identity
-        if ident is not None and ident[:4] == (id(backbone), versions, param.device, param.dtype):
+        same_object = self._backbone is not None and self._backbone() is backbone
+        if ident is not None and same_object and ident[:3] == (versions, param.device, param.dtype):
             return
         fingerprint = backbone_fingerprint(backbone)
-        if ident is not None and ident[4] != fingerprint:
+        if ident is not None and ident[3] != fingerprint:
             log.info("prefix cache: the backbone changed, %d cached examples dropped", len(self._store))
             self.clear()
-        self._identity = (id(backbone), versions, param.device, param.dtype, fingerprint)
+        self._identity = (versions, param.device, param.dtype, fingerprint)
+        self._backbone = weakref.ref(backbone)
 
     def clear(self) -> None:
         self._store.clear()
