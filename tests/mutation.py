@@ -97,6 +97,8 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
                            "precision_auto_runs_fp32_cells_where_bf16_is_emulated_and_the_paper_s_where_native",
                            "report_says_which_papers_ran_fp32_and_why")]),
     "precision": ("src/fedrepro/precision.py", ["tests/test_precision.py"]),
+    # stopping client work the round gave up on (a stalled client must not train on beside the next run)
+    "cancellation": ("src/fedrepro/cancellation.py", ["tests/test_cancellation.py"]),
 }
 
 # The task modules are mostly loading, evaluation and row bookkeeping; their mutation scope is the

@@ -39,7 +39,8 @@ _local = threading.local()
 
 GRACE_S = 10.0
 """How long a caller that gave up on a piece of work waits for it to stop at its next safe point
-before it reports the failure anyway (a step of a true-size model takes well under this)."""
+before it reports the failure anyway, with a warning that the work still runs (a demo step takes
+well under this; a true-size step on a CPU can take longer: 4-44 s in the CPU rehearsal)."""
 
 
 class Cancelled(RuntimeError):
