@@ -48,8 +48,17 @@ def test_safe_points_do_nothing_outside_a_cancellable_block_or_before_a_cancel()
     with cancellation.cancellable(token) as t:
         assert t is token and cancellation.current() is token
         cancellation.check()
-        cancellation.sleep(0)
     assert cancellation.current() is None
+
+    def short_sleeps():
+        cancellation.sleep(0.01)  # no token: time.sleep
+        with cancellation.cancellable(Token("work")):
+            cancellation.sleep(0.01)  # a token never cancelled: the full (short) sleep, no error
+        return "slept"
+
+    th, box = _in_thread(short_sleeps)
+    th.join(5)  # a sleep that never ends fails here, not by hanging the test
+    assert not th.is_alive() and box == {"out": "slept"}
 
 
 def test_a_cancelled_token_raises_at_the_safe_points_of_its_thread_only():
@@ -92,7 +101,7 @@ def test_cancellation_wakes_a_sleeping_worker_at_once():
     time.sleep(0.2)
     assert t.is_alive()
     token.cancel()
-    t.join(10)  # far below the 600 s sleep
+    t.join(5)  # far below the 600 s sleep
     assert not t.is_alive() and isinstance(box["exc"], Cancelled)
 
 
@@ -125,7 +134,7 @@ def test_the_failpoint_sleep_is_cancellable(monkeypatch):
     t, box = _in_thread(stalled)
     time.sleep(0.2)
     token.cancel()
-    t.join(10)  # far below the 60 s sleep
+    t.join(5)  # far below the 60 s sleep
     assert not t.is_alive() and isinstance(box.get("exc"), Cancelled)
 
 
