@@ -7,6 +7,7 @@ file's run (tests/test_waves.py) and changed its bits."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
@@ -103,6 +104,25 @@ def test_cancellation_wakes_a_sleeping_worker_at_once():
     token.cancel()
     t.join(5)  # far below the 600 s sleep
     assert not t.is_alive() and isinstance(box["exc"], Cancelled)
+
+
+def test_giving_up_waits_for_the_worker_and_logs_one_it_cannot_stop(caplog):
+    cancellable_work = Token("cancellable work")
+
+    def sleeper():
+        with cancellation.cancellable(cancellable_work):
+            cancellation.sleep(60)
+
+    t, _ = _in_thread(sleeper)
+    time.sleep(0.1)
+    assert cancellation.give_up(cancellable_work, t, grace=5) and not t.is_alive()
+    stuck_work = Token("client Z's train of round 1")
+    stuck, _ = _in_thread(lambda: time.sleep(1.0))  # inside one call: no safe point reached
+    with caplog.at_level(logging.WARNING, logger="fedrepro.cancellation"):
+        assert not cancellation.give_up(stuck_work, stuck, grace=0.05)
+    assert stuck_work.cancelled
+    assert "client Z's train of round 1 was given up on and is still running" in caplog.text
+    stuck.join(5)
 
 
 # -- the safe points --------------------------------------------------------------------------

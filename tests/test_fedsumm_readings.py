@@ -459,6 +459,10 @@ def test_rho_and_statistics_of_several_groups_each_normalised_by_its_own_sums(mo
         A.rho_and_statistics(sc[:1], sg[:1], [[("a", 0, 4)]], reduction)
     with pytest.raises(InputError, match="2 softmax groups but slices for 1"):
         A.rho_and_statistics(sc, sg, slices[:1], reduction)
+    with pytest.raises(InputError, match="2 softmax groups but global totals for 1"):
+        A.rho_and_statistics(sc, sg, slices, reduction, A.global_totals(sg)[:1])
+    with pytest.raises(InputError, match="2 softmax groups but global totals for 1"):
+        discrepancy_ratios(sc, sg, reduction, A.global_totals(sg)[:1])
     if reduction == "expected":  # eq. 5 as printed is the default of all three
         assert discrepancy_ratios(sc, sg) == got
         assert A.rho_and_statistics(sc, sg, slices) == (got, st)

@@ -31,10 +31,12 @@ Hand-written: neither the standard library nor Flower cancels a running thread's
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
 
+log = logging.getLogger(__name__)
 _local = threading.local()
 
 GRACE_S = 10.0
@@ -120,3 +122,16 @@ def sleep(seconds: float) -> None:
         return
     token.wait(seconds)
     check()
+
+
+def give_up(token: Token, worker: threading.Thread, grace: float = GRACE_S) -> bool:
+    """Cancel ``token`` (the work ``worker`` runs) and wait up to ``grace`` seconds for the worker
+    to stop at its next safe point; whether it stopped.  A worker still running then is logged,
+    naming the token's work: until it ends, other work in the process may not reproduce its bits."""
+    token.cancel()
+    worker.join(grace)
+    if worker.is_alive():
+        log.warning("%s was given up on and is still running (inside one call); until it ends, "
+                    "other work in this process may not reproduce its bits", token.what)
+        return False
+    return True

@@ -10,7 +10,6 @@ then overrides the folder named in the cell.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 
 import torch  # noqa: F401 - Flower's ArrayRecord.to_torch_state_dict needs torch imported
@@ -25,7 +24,6 @@ from fedrepro.fl.strategy import metric_record
 from fedrepro.fl.tasks import task_for
 
 app = ClientApp()
-log = logging.getLogger(__name__)
 
 
 def _client_view(config, context: Context) -> tuple[dict, int, str]:
@@ -81,11 +79,7 @@ def _bounded(cell: dict, client: str, partition_id: int, round_index: int, what:
     if worker.is_alive():
         # stop the worker at its next safe point (fedrepro.cancellation): left running, it would
         # re-seed and draw from the process's torch generator under whatever this process runs next
-        token.cancel()
-        worker.join(min(cancellation.GRACE_S, limit))
-        if worker.is_alive():
-            log.warning("%s was given up on and is still running (inside one call); until it "
-                        "ends, other work in this process may not reproduce its bits", what_round)
+        cancellation.give_up(token, worker, min(cancellation.GRACE_S, limit))
         raise ClientError(
             f"client {client} (partition {partition_id}) did not finish its {what} of round "
             f"{round_index} within the round's time limit of {limit:g} s (config key "

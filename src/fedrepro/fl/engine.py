@@ -30,7 +30,6 @@ and is abandoned when the job's process exits.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 import traceback
@@ -45,8 +44,6 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedrepro import cancellation
 from fedrepro.fl import npy_threads
-
-log = logging.getLogger(__name__)
 
 npy_threads.install()  # np.load in client threads on CPython 3.11.7 (gh-106905)
 
@@ -126,12 +123,7 @@ class InProcessGrid(Grid):
         worker.start()
         worker.join(None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0))
         if worker.is_alive():
-            token.cancel()
-            worker.join(cancellation.GRACE_S)  # the cancelled work stops at its next safe point
-            if worker.is_alive():
-                log.warning("%s: the ClientApp is still running after the round gave up on it (inside "
-                            "one call); until it ends, other work in this process may not reproduce "
-                            "its bits", self._who(msg.metadata.dst_node_id))
+            cancellation.give_up(token, worker)  # the cancelled work stops at its next safe point
             return None  # no reply within the deadline, whatever the cancelled work answered
         return box.get("reply")
 

@@ -827,8 +827,7 @@ def discrepancy_ratios(
     ``global_totals``: ``_float64_sum`` of each ``global_sum`` entry when the caller has them
     (:func:`global_totals`; the same values, not computed again).  One float64 pass over each
     group (:func:`_ratio_sums`)."""
-    _check_ratio_inputs(client_sum, global_sum, reduction)
-    totals = global_totals if global_totals is not None else [None] * len(global_sum)
+    totals = _check_ratio_inputs(client_sum, global_sum, reduction, global_totals)
     values = []
     for sc, sg, total_g in zip(client_sum, global_sum, totals):
         ((c, c2, r),) = _ratio_sums(sc, sg, [(0, sc.numel())])
@@ -836,7 +835,9 @@ def discrepancy_ratios(
     return values
 
 
-def _check_ratio_inputs(client_sum, global_sum, reduction: str) -> None:
+def _check_ratio_inputs(client_sum, global_sum, reduction: str, global_totals=None) -> list:
+    """Check eq. 5's inputs; returns the caller's ``ΣS_g`` per group, or ``None`` per group where
+    the caller has none (computed by :func:`_total` then)."""
     if len(client_sum) != len(global_sum) or not client_sum:
         raise InputError(
             "client and global softmax sums must have the same, non-zero number of scopes"
@@ -846,6 +847,11 @@ def _check_ratio_inputs(client_sum, global_sum, reduction: str) -> None:
     for sc, sg in zip(client_sum, global_sum):
         if sc.shape != sg.shape:
             raise InputError(f"softmax sums of shapes {tuple(sc.shape)} and {tuple(sg.shape)}")
+    if global_totals is None:
+        return [None] * len(global_sum)
+    if len(global_totals) != len(global_sum):
+        raise InputError(f"{len(global_sum)} softmax groups but global totals for {len(global_totals)}")
+    return list(global_totals)
 
 
 def _total(sg: torch.Tensor, total_g) -> float:
@@ -1026,11 +1032,10 @@ def rho_and_statistics(
     follow (:func:`_reduce`), and ``S_c,i/S_g,i`` of every entry in one parameter-sized float32
     vector, scaled to ρ_i − 1 in place for the quantiles (NumPy's partition, in place, on the CPU;
     a sort on a compute device).  ``global_totals``: as :func:`discrepancy_ratios`."""
-    _check_ratio_inputs(client_sum, global_sum, reduction)
+    totals = _check_ratio_inputs(client_sum, global_sum, reduction, global_totals)
     if len(slices) != len(client_sum):
         raise InputError(f"{len(client_sum)} softmax groups but slices for {len(slices)}")
     total = sum(n for group in slices for _, _, n in group)
-    totals = global_totals if global_totals is not None else [None] * len(global_sum)
     dev = torch.empty(total, dtype=torch.float32, device=_COMPUTE[0])  # None: the CPU
     groups, tensor_values, pos = [], [], 0
     for sc, sg, group, total_g in zip(client_sum, global_sum, slices, totals):
