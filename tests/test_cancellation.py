@@ -41,6 +41,16 @@ def _in_thread(fn) -> tuple[threading.Thread, dict]:
     return t, box
 
 
+def _sleeping_worker(token: Token, seconds: float) -> tuple[threading.Thread, dict]:
+    """A thread sleeping ``seconds`` under ``token`` (cancellable)."""
+
+    def sleeper():
+        with cancellation.cancellable(token):
+            cancellation.sleep(seconds)
+
+    return _in_thread(sleeper)
+
+
 # -- the tokens ----------------------------------------------------------------------------------
 def test_safe_points_do_nothing_outside_a_cancellable_block_or_before_a_cancel():
     cancellation.check()
@@ -93,12 +103,7 @@ def test_cancelling_a_parent_cancels_its_children_made_before_or_after():
 
 def test_cancellation_wakes_a_sleeping_worker_at_once():
     token = Token("sleeper")
-
-    def sleeper():
-        with cancellation.cancellable(token):
-            cancellation.sleep(600)
-
-    t, box = _in_thread(sleeper)
+    t, box = _sleeping_worker(token, 600)
     time.sleep(0.2)
     assert t.is_alive()
     token.cancel()
@@ -108,12 +113,7 @@ def test_cancellation_wakes_a_sleeping_worker_at_once():
 
 def test_giving_up_waits_for_the_worker_and_logs_one_it_cannot_stop(caplog):
     cancellable_work = Token("cancellable work")
-
-    def sleeper():
-        with cancellation.cancellable(cancellable_work):
-            cancellation.sleep(60)
-
-    t, _ = _in_thread(sleeper)
+    t, _ = _sleeping_worker(cancellable_work, 60)
     time.sleep(0.1)
     assert cancellation.give_up(cancellable_work, t, grace=5) and not t.is_alive()
     stuck_work = Token("client Z's train of round 1")
