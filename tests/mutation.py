@@ -107,7 +107,7 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
 # The other functions of the file stay "not checked" and outside the score.
 FUNCTIONS: dict[str, list[str]] = {
     "rehearsal.plan": ["resolve_precision", "_apply_precision"],
-    "precision": ["native_bf16"],
+    "precision": ["native_bf16", "_cpu_native_bf16", "cuda_capabilities", "Precision.emulation_warning"],
     "adafedseleckd.task": ["client_train_round", "inherited_local", "hard_kd_examples", "_hard_kd_masks",
                            "initial_state", "special_ids"],
     "fedmcp.task": ["client_train_round", "private_state", "load_private_state", "load_client_state",

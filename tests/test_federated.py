@@ -63,6 +63,24 @@ def world(tmp_path_factory):
     return root, folders, backbone
 
 
+def test_a_bf16_cell_on_a_device_that_emulates_bf16_says_so_in_its_provenance(world, monkeypatch, caplog):
+    """The paper config's bf16-mixed on a device without native bf16 (here: a CPU reported as
+    such) trains as configured and records why it is slow (``precision.emulated_bf16``), logged."""
+    from fedrepro import precision as prec
+
+    root, folders, backbone = world
+    monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: (False, "CPU (AVX2) without AVX512-BF16 or AMX"))
+    cell = dict(helpers.make_cell(root, "AdaFedAvg", backbone, folders, rounds=1, out_name="bf16-emulated"),
+                engine="inprocess", precision="bf16-mixed", device="cpu")
+    with caplog.at_level("WARNING", logger="fedrepro.fl.cell"):
+        run_cell(cell, *helpers.cell_outputs(cell))
+    recorded = json.loads(Path(helpers.cell_outputs(cell)[2]).read_text())["precision"]
+    assert recorded["precision"] == "bf16-mixed" and recorded["frozen_dtype"] == "fp32"
+    assert "without AVX512-BF16 or AMX" in recorded["emulated_bf16"]
+    assert "adafedseleckd.precision: fp32" in recorded["emulated_bf16"]
+    assert recorded["emulated_bf16"] in caplog.text
+
+
 def test_only_shared_adapter_tensors_reach_the_server(world):
     root, folders, backbone = world
     cell = helpers.make_cell(root, "AdaFedKD", backbone, folders, rounds=2, out_name="wire")

@@ -24,6 +24,7 @@ import contextlib
 import copy
 import math
 import random
+import re
 from collections import OrderedDict
 from pathlib import Path
 
@@ -563,7 +564,7 @@ def test_native_bf16_is_a_gpu_or_a_cpu_with_bf16_instructions(monkeypatch):
     from fedrepro import precision as prec
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert prec.native_bf16()[0] is True
+    assert prec.native_bf16(lambda: [(9, 0)])[0] is True
     native, why = _cpu_probe(monkeypatch, avx512_bf16=True, amx=False)
     assert native and "avx512_bf16" in why and "amx" not in why
     native, why = _cpu_probe(monkeypatch, avx512_bf16=False, amx=True)
@@ -589,3 +590,134 @@ def test_native_bf16_is_a_gpu_or_a_cpu_with_bf16_instructions(monkeypatch):
     for ops in (types.SimpleNamespace(), types.SimpleNamespace(mkldnn=types.SimpleNamespace())):
         monkeypatch.setattr(torch, "ops", ops)
         assert _cpu_probe(monkeypatch, avx512_bf16=None, amx=None, machine="aarch64", onednn=None)[0] is False
+
+
+# -- GPUs: native bf16 from compute capability 8.0, asked in a child process -------------------
+def test_native_bf16_on_gpus_needs_compute_capability_8_on_every_visible_device(monkeypatch):
+    from fedrepro import precision as prec
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    native, why = prec.native_bf16(lambda: [(9, 0), (8, 0)])
+    assert native and "GPU 0: 9.0, GPU 1: 8.0" in why
+    assert prec.native_bf16(lambda: [(8, 6)])[0] is True  # an A10 / RTX 30xx
+    # a V100 (7.0) or a T4 (7.5) emulates bf16; one such device among newer ones decides
+    for caps in ([(7, 0)], [(7, 5)], [(9, 0), (7, 0)]):
+        native, why = prec.native_bf16(lambda caps=caps: caps)
+        assert not native and "no bf16 tensor cores" in why, caps
+    assert "GPU 1: 7.0" in prec.native_bf16(lambda: [(9, 0), (7, 0)])[1]
+
+    def broken():
+        raise RuntimeError("the CUDA capability probe exited 1: CUDA driver too old")
+
+    native, why = prec.native_bf16(broken)
+    assert not native and "capability is unknown" in why and "driver too old" in why
+    # no GPU: the CPU's rules, and the GPU probe is not asked
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert prec.native_bf16(broken) == prec._cpu_native_bf16()
+
+
+def _completed(returncode=0, stdout="", stderr=""):
+    import subprocess
+
+    return subprocess.CompletedProcess(args=[], returncode=returncode, stdout=stdout, stderr=stderr)
+
+
+def test_cuda_capabilities_reads_its_child_and_names_what_went_wrong(monkeypatch):
+    import subprocess
+    import sys
+
+    from fedrepro import precision as prec
+
+    seen = {}
+
+    def run(argv, **kw):
+        seen["argv"], seen["kw"] = argv, kw
+        return answer
+
+    monkeypatch.setattr(subprocess, "run", run)
+    answer = _completed(stdout="some import noise\n[(9, 0), (8, 0)]\n")
+    assert prec.cuda_capabilities(timeout_s=7) == [(9, 0), (8, 0)]
+    # a child Python of this interpreter asks torch for every visible device, bounded in time
+    assert seen["argv"][:2] == [sys.executable, "-c"] and "get_device_capability" in seen["argv"][2]
+    assert seen["kw"]["timeout"] == 7 and seen["kw"]["capture_output"]
+    for answer, said in (
+        (_completed(1, "", "RuntimeError: CUDA driver too old\n"), "exited 1: RuntimeError: CUDA driver too old"),
+        (_completed(0, "not a list\n"), "exited 0: not a list"),
+        (_completed(0, ""), "exited 0: nothing"),
+        (_completed(0, "[(9,)]\n"), "exited 0"),
+        (_completed(0, "[]\n"), "saw no device"),
+    ):
+        with pytest.raises(RuntimeError, match=re.escape(said)):
+            prec.cuda_capabilities()
+
+    def hang(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+
+    monkeypatch.setattr(subprocess, "run", hang)
+    with pytest.raises(RuntimeError, match="did not answer"):
+        prec.cuda_capabilities(timeout_s=1)
+
+
+def test_cuda_capabilities_really_asks_a_child_process():
+    # this machine has no GPU: the child answers with no device (a real child, not a stub)
+    from fedrepro import precision as prec
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(RuntimeError, match="saw no device"):
+        prec.cuda_capabilities()
+
+
+def test_emulation_warning_names_the_device_that_emulates_bf16(monkeypatch):
+    from fedrepro import precision as prec
+
+    cpu = dict(avx512_bf16=False, amx=False)
+    _cpu_probe(monkeypatch, **cpu)  # an AVX2 CPU, as this VM
+    assert prec.Precision("fp32", paper="fedmcp").emulation_warning("cpu") is None
+    assert prec.Precision("tf32", paper="fedmcp").emulation_warning("cpu") is None
+    warning = prec.Precision("bf16-mixed", paper="fedmcp").emulation_warning("cpu")
+    assert "fedmcp: precision bf16-mixed" in warning and "without AVX512-BF16 or AMX" in warning
+    assert "fedmcp.precision: fp32" in warning
+    # a bf16 frozen backbone alone computes in bf16 too
+    assert prec.Precision("fp32", "bf16", paper="fedmcp").emulation_warning(None) is not None
+    _cpu_probe(monkeypatch, avx512_bf16=False, amx=True)
+    assert prec.Precision("bf16-mixed", paper="fedmcp").emulation_warning("cpu") is None
+    # CUDA: the device's own capability (this process trains on it, so asking is free)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_name",
+                        lambda d=None: "Tesla V100-SXM2-32GB" if d == torch.device("cuda") else f"not {d}")
+    for cap, expected in (((7, 0), True), ((7, 5), True), ((8, 0), False), ((9, 0), False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None, cap=cap: asked.append(d) or cap)
+        warning = prec.Precision("bf16-mixed", paper="adafedseleckd").emulation_warning("cuda:1")
+        assert (warning is not None) is expected, cap
+    assert asked[0] == torch.device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 0))
+    warning = prec.Precision("bf16-mixed", paper="adafedseleckd").emulation_warning("cuda")
+    assert "Tesla V100-SXM2-32GB (compute capability 7.0) has no bf16 tensor cores" in warning
+    # another device type: nothing to say
+    assert prec.Precision("bf16-mixed").emulation_warning("meta") is None
+
+
+def test_a_cell_records_its_emulated_bf16_where_it_trains(monkeypatch, caplog):
+    import types
+
+    from fedrepro import precision as prec
+    from fedrepro.fl import cell as cell_mod
+
+    _cpu_probe(monkeypatch, avx512_bf16=False, amx=False)
+    federated = types.SimpleNamespace(is_federated=lambda c: True)
+    local = types.SimpleNamespace(is_federated=lambda c: False)
+    bf16 = prec.Precision("bf16-mixed", paper="fedmcp")
+    with caplog.at_level("WARNING", logger="fedrepro.fl.cell"):
+        warning = cell_mod._emulated_bf16({"device": "cpu", "out_dir": "results/x"}, federated, bf16)
+    assert "emulates" in warning and "results/x: fedmcp: precision bf16-mixed" in caplog.text
+    assert cell_mod._emulated_bf16({"device": "cpu"}, federated, prec.Precision()) is None
+    # on CUDA: asked where this process trains (in-process engine, a local regime), not for Ray's
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla T4")
+    assert "Tesla T4" in cell_mod._emulated_bf16({"device": "cuda", "engine": "inprocess"}, federated, bf16)
+    assert "Tesla T4" in cell_mod._emulated_bf16({"device": "auto"}, local, bf16)
+    for engine in ("simulation", "deployment"):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: pytest.fail("asked"))
+        assert cell_mod._emulated_bf16({"device": "cuda", "engine": engine}, federated, bf16) is None

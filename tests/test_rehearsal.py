@@ -542,6 +542,11 @@ def test_report_gives_flops_and_mfu_from_the_counted_step_and_the_gpu(tmp_path):
     assert row["mfu"] == pytest.approx(1.5 / 66.9)
     assert row["mfu_vs_bf16_peak"] == pytest.approx(1.5 / 989.4)
     assert "2.2 % (0.2 %)" in report._mfu_text(row)
+    # a cell whose process found its bf16 emulated (provenance precision.emulated_bf16) says why
+    assert row["emulated_bf16"] is None
+    prov["precision"] = {"precision": "bf16-mixed", "frozen_dtype": "fp32", "emulated_bf16": "a V100"}
+    write_json_atomic(prov_path, prov)
+    assert report.measure_cell(entry, tmp_path, plan.DEFAULTS, full_rounds=10)["emulated_bf16"] == "a V100"
 
 
 def test_report_names_the_failure(tmp_path):

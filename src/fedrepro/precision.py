@@ -32,9 +32,12 @@ every cell (``fedrepro.fl.cell.run_cell``).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -132,6 +135,30 @@ class Precision:
         """What provenance records."""
         return {"precision": self.mode, "frozen_dtype": self.frozen_dtype}
 
+    def emulation_warning(self, device: torch.device | str | None) -> str | None:
+        """A sentence when these settings compute in bfloat16 (``bf16-mixed``, ``frozen_dtype:
+        bf16``) on a device that emulates it (:func:`native_bf16`'s rules: a CUDA device below
+        compute capability 8.0, a CPU without AVX512-BF16 or AMX), else None.  The cell runs as
+        configured -- its config says what it is -- and logs this (``run_cell``), since the paper
+        config's bf16 is chosen for A100/H100-class GPUs."""
+        if self.mode != "bf16-mixed" and self.frozen_dtype != "bf16":
+            return None
+        device = torch.device(device if device is not None else "cpu")
+        if device.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(device)
+            if (major, minor) >= BF16_CAPABILITY:
+                return None
+            why = f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no bf16 tensor cores"
+        elif device.type == "cpu":
+            native, why = _cpu_native_bf16()
+            if native:
+                return None
+        else:
+            return None
+        return (f"{self.paper}: precision {self.mode} / frozen_dtype {self.frozen_dtype} computes in bfloat16, "
+                f"which this device emulates -- {why}; set {self.paper}.precision: fp32 (and frozen_dtype: fp32) "
+                f"for speed here")
+
 
 def _device_type(device: torch.device | str | None) -> str:
     return torch.device(device if device is not None else "cpu").type
@@ -202,14 +229,49 @@ _CPU_SLOW_BF16 = ("bf16 autocast is emulated here: a bart-large AdaFedAvg step i
                   "fp32's on an AMD EPYC with AVX2 (bench/results/kd_step_bart_large_cpu_amd_epyc_precisions.json)")
 
 
-def native_bf16() -> tuple[bool, str]:
-    """Whether this machine's default device (the first visible GPU, else the CPU: the device a
-    cell's ``device: auto`` picks) computes bfloat16 natively, and why, in words.
+BF16_CAPABILITY = (8, 0)
+"""The CUDA compute capability from which GPUs have bf16 tensor cores (Ampere: A100, A10, L4, L40S,
+H100, H200); below it (V100 7.0, T4 7.5) PyTorch emulates bf16 with float32 arithmetic."""
 
-    * A visible CUDA device: yes.  The GPUs this project targets (A100, H100, H200, L40S) all have
-      bf16 tensor cores; a pre-Ampere GPU (V100, T4) emulates bf16 -- set ``precision: fp32``
-      there yourself.  The check does not query the device's properties, so the process calling it
-      (Snakemake's) creates no CUDA context.
+_CAPABILITY_PROBE = (
+    "import torch\n"
+    "print([tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())])\n"
+)
+
+
+def cuda_capabilities(timeout_s: float = 180.0) -> list[tuple[int, int]]:
+    """The compute capability of every visible CUDA device, asked in a child Python process: the
+    query initialises CUDA on the device, and a process that only plans (Snakemake's) should hold no
+    CUDA context -- it would keep ~0.5 GB of GPU 0 for the whole run.  A child that fails, hangs
+    past ``timeout_s`` or prints something else raises RuntimeError with what it said."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _CAPABILITY_PROBE], capture_output=True, text=True,
+                             timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"the CUDA capability probe did not answer: {exc}") from exc
+    lines = out.stdout.strip().splitlines()
+    try:
+        if out.returncode != 0 or not lines:
+            raise ValueError
+        caps = ast.literal_eval(lines[-1])
+        caps = [(int(major), int(minor)) for major, minor in caps]
+    except (ValueError, SyntaxError, TypeError):
+        said = (out.stderr.strip().splitlines() or lines or ["nothing"])[-1]
+        raise RuntimeError(f"the CUDA capability probe exited {out.returncode}: {said}") from None
+    if not caps:
+        raise RuntimeError("the CUDA capability probe saw no device")
+    return caps
+
+
+def native_bf16(capabilities: Callable[[], list[tuple[int, int]]] = cuda_capabilities) -> tuple[bool, str]:
+    """Whether this machine's default device (the visible GPUs, else the CPU: the device a cell's
+    ``device: auto`` picks) computes bfloat16 natively, and why, in words.
+
+    * Visible CUDA devices: yes when every one has compute capability >= 8.0
+      (:data:`BF16_CAPABILITY`: A100, H100, H200, L40S...), no when one is older (a V100 or T4
+      emulates bf16: fp32 is faster there).  ``capabilities`` (:func:`cuda_capabilities`) asks a
+      child process, so the process calling this (Snakemake's) creates no CUDA context; where it
+      cannot answer, no (fp32), with its error in the reason.
     * An x86 CPU: yes with AVX512-BF16 or AMX (``torch.cpu._is_avx512_bf16_supported`` /
       ``_is_amx_tile_supported``), no otherwise -- oneDNN then converts every bf16 matmul to
       float32 and back.  On another architecture, oneDNN's own bf16 check (ARM's BF16 extension).
@@ -218,7 +280,20 @@ def native_bf16() -> tuple[bool, str]:
       no (fp32: the project's default bits).
     """
     if torch.cuda.is_available():
-        return True, "a CUDA device is visible (bf16 tensor cores assumed: A100/H100-class)"
+        try:
+            caps = capabilities()
+        except RuntimeError as exc:
+            return False, f"a CUDA device is visible but its compute capability is unknown ({exc})"
+        named = ", ".join(f"GPU {i}: {major}.{minor}" for i, (major, minor) in enumerate(caps))
+        if min(caps) < BF16_CAPABILITY:
+            return False, (f"a visible CUDA device has no bf16 tensor cores (compute capability {named}; "
+                           f"bf16 needs {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]}: a V100 or T4 emulates it)")
+        return True, f"CUDA devices with bf16 tensor cores (compute capability {named})"
+    return _cpu_native_bf16()
+
+
+def _cpu_native_bf16() -> tuple[bool, str]:
+    """:func:`native_bf16`'s answer for this machine's CPU."""
     capability = torch.backends.cpu.get_cpu_capability()
     probes = {name: getattr(torch.cpu, f"_is_{name}_supported", None) for name in ("avx512_bf16", "amx_tile")}
     have = [name for name, probe in probes.items() if probe is not None and probe()]

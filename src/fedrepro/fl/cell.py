@@ -42,6 +42,7 @@ from fedrepro.fl.checkpoint import (
 from fedrepro.fl.server_app import make_server_app, run_server, start_point
 from fedrepro.fl.strategy import is_measurement, peak_rss_mb
 from fedrepro.fl.tasks import task_for
+from fedrepro.devices import cell_device
 from fedrepro.host_memory import ARENA_ENV
 from fedrepro.io import InputError, write_json_atomic
 from fedrepro.precision import Precision
@@ -144,10 +145,27 @@ def run_federated(cell: dict) -> dict[str, OrderedDict[str, torch.Tensor]]:
 
 
 # -- a whole cell -------------------------------------------------------------------------
+def _emulated_bf16(cell: dict, task, precision: Precision) -> str | None:
+    """:meth:`Precision.emulation_warning` for the cell's device, logged -- asked where this
+    process trains on that device (the CPU, a local regime, the in-process engine), so a process
+    whose clients train elsewhere (Ray's workers, the deployment's SuperNodes) opens no CUDA
+    context for it; None there."""
+    if precision.is_default:
+        return None
+    device = cell_device(cell)
+    here = device.type == "cpu" or not task.is_federated(cell) or cell.get("engine", "simulation") == "inprocess"
+    warning = precision.emulation_warning(device) if here else None
+    if warning:
+        log.warning("%s: %s", cell.get("out_dir", "cell"), warning)
+    return warning
+
+
 def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -> None:
     """Train a cell and write its final client states, round log and provenance atomically."""
     t0 = time.time()
     task = task_for(cell)
+    precision = Precision.from_cell(cell)
+    emulated = _emulated_bf16(cell, task, precision)
     finals = run_federated(cell) if task.is_federated(cell) else task.run_local(cell)
     rounds = int(cell["train"]["rounds"])
     save_state(
@@ -178,7 +196,8 @@ def run_cell(cell: dict, adapters_out: str, log_out: str, provenance_out: str) -
             "seed": cell["seed"],
             "engine": cell.get("engine", "simulation") if task.is_federated(cell) else "none",
             # <paper>.precision / frozen_dtype (fedrepro.precision): in the cell only when not fp32
-            "precision": Precision.from_cell(cell).record(),
+            # and, where this process trains, why its bf16 is emulated (Precision.emulation_warning)
+            "precision": {**precision.record(), **({"emulated_bf16": emulated} if emulated else {})},
             "git_commit": git_commit(),
             "packages": package_versions(PACKAGES),
             "machine": _machine(),

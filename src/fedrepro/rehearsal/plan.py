@@ -29,7 +29,8 @@ Reduction (``rehearsal_settings``; every other value stays the paper's):
 * ``precision``: ``paper`` (default) keeps each paper's ``precision`` and ``frozen_dtype``;
   ``fp32`` runs every cell in fp32; ``auto`` (this CPU machine's overlay, config/rehearsal.yaml)
   keeps the paper's where the machine computes bfloat16 natively
-  (:func:`fedrepro.precision.native_bf16`: a visible GPU, or a CPU with AVX512-BF16/AMX) and runs
+  (:func:`fedrepro.precision.native_bf16`: visible GPUs of compute capability >= 8.0, or a CPU
+  with AVX512-BF16/AMX) and runs
   fp32 where bf16 autocast is emulated -- 13x fp32's step on an AVX2-only CPU, hours instead of
   minutes for AdaFedSelecKD's and FedMCP's cells.  The bf16 code paths themselves are tested on
   every CPU by ``make test`` (CPU autocast).  ``auto`` decides once, in the Snakemake process, and

@@ -148,6 +148,8 @@ def measure_cell(entry: dict, root: Path, settings: dict, full_rounds: int | Non
                if c.get("flops_per_step")]
     precision = str(cell.get("precision", "fp32"))
     out["precision"] = precision
+    # why this cell's bf16 was emulated, where its process trained (fedrepro.precision)
+    out["emulated_bf16"] = (prov.get("precision") or {}).get("emulated_bf16")
     out["flops_per_step"] = max(counted) if counted else None
     gpu_name = (prov.get("machine") or {}).get("gpu") if out["device"] == "cuda" else None
     out.update(mfu(out["flops_per_step"], out["step_s"], gpu_name, precision))
