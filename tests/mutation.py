@@ -99,6 +99,16 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "precision": ("src/fedrepro/precision.py", ["tests/test_precision.py"]),
     # stopping client work the round gave up on (a stalled client must not train on beside the next run)
     "cancellation": ("src/fedrepro/cancellation.py", ["tests/test_cancellation.py"]),
+    # what every paper's table rests on: the clients' data (the partitions the papers state) and ROUGE
+    "data.partition": ("src/fedrepro/data/partition.py",
+                       ["tests/test_partition.py", "tests/test_data_layer.py", "tests/test_fedsumm_split.py",
+                        "tests/test_fedsum_selection.py", "tests/test_fedsum_redraw_feasibility.py",
+                        "tests/test_partition_pinned.py"]),
+    "metrics.rouge": ("src/fedrepro/metrics/rouge.py",
+                      ["tests/test_fedsum_rouge.py", "tests/test_reporting.py", "tests/test_rouge_rules.py"]
+                      + [f"tests/test_fedsumm.py::test_{name}" for name in (
+                          "char_rouge_drops_punctuation_and_spaces", "char_rouge_hand_computation_unequal_lengths",
+                          "char_tokenizer_rule")]),
 }
 
 # The task modules are mostly loading, evaluation and row bookkeeping; their mutation scope is the
