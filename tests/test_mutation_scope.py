@@ -1,5 +1,5 @@
 """``tests/mutation.py``'s scope stays real: every module's file and test files exist, and every
-function a task module's scope names is a top-level function of that file (a renamed function
+function a module's scope names is a top-level function (or ``Class.method``) of that file (a renamed function
 would silently drop out of ``make mutation``'s score)."""
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _functions(path: Path) -> set[str]:
-    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+    """Top-level functions, and methods as ``Class.method`` (how ``FUNCTIONS`` names them)."""
+    body = ast.parse(path.read_text()).body
+    return {n.name for n in body if isinstance(n, ast.FunctionDef)} | {
+        f"{c.name}.{m.name}" for c in body if isinstance(c, ast.ClassDef)
+        for m in c.body if isinstance(m, ast.FunctionDef)}
 
 
 def test_every_scoped_file_test_and_function_exists():
