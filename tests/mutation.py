@@ -99,6 +99,8 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "precision": ("src/fedrepro/precision.py", ["tests/test_precision.py"]),
     # stopping client work the round gave up on (a stalled client must not train on beside the next run)
     "cancellation": ("src/fedrepro/cancellation.py", ["tests/test_cancellation.py"]),
+    # one job per GPU, or several where their declared memory fits (issue 25, item 4)
+    "gpu_slots": ("src/fedrepro/gpu_slots.py", ["tests/test_gpu_slots.py", "tests/test_gpu_slots_probes.py"]),
     # what every paper's table rests on: the clients' data (the partitions the papers state) and ROUGE
     "data.partition": ("src/fedrepro/data/partition.py",
                        ["tests/test_partition.py", "tests/test_data_layer.py", "tests/test_fedsumm_split.py",
