@@ -146,7 +146,8 @@ def test_a_task_without_validation_ids_and_the_val_ratio_of_the_split():
     no_val = {"MRPC": {"train": [f"m{i}" for i in range(10)]}, "RTE": {"train": [f"r{i}" for i in range(20)]}}
     out = P.fedmcp_cross_task(no_val, 0)
     assert {t: sum(len(v) for v in s.values()) for t, s in out.items()} == {"MRPC": 10, "RTE": 10}
-    sizes = {t: {s: len(v) for s, v in sp.items()} for t, sp in P.fedmcp_cross_task(TASKS, 4, ratios=(0.5, 0.3, 0.2)).items()}
+    split = P.fedmcp_cross_task(TASKS, 4, ratios=(0.5, 0.3, 0.2))
+    sizes = {t: {s: len(v) for s, v in sp.items()} for t, sp in split.items()}
     assert sizes["MRPC"] == {"train": 10, "val": 6, "test": 4}  # 20 merged: 0.5 / 0.3 / rest
     assert sizes["RTE"] == {"train": 8, "val": 4, "test": 3}
 
