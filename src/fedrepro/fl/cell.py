@@ -28,6 +28,7 @@ from collections import OrderedDict
 
 import torch
 
+from fedrepro.devices import cell_device
 from fedrepro.fl.checkpoint import (
     config_hash,
     deferred_client_writes,
@@ -42,7 +43,6 @@ from fedrepro.fl.checkpoint import (
 from fedrepro.fl.server_app import make_server_app, run_server, start_point
 from fedrepro.fl.strategy import is_measurement, peak_rss_mb
 from fedrepro.fl.tasks import task_for
-from fedrepro.devices import cell_device
 from fedrepro.host_memory import ARENA_ENV
 from fedrepro.io import InputError, write_json_atomic
 from fedrepro.precision import Precision
