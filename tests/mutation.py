@@ -101,6 +101,8 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "cancellation": ("src/fedrepro/cancellation.py", ["tests/test_cancellation.py"]),
     # one job per GPU, or several where their declared memory fits (issue 25, item 4)
     "gpu_slots": ("src/fedrepro/gpu_slots.py", ["tests/test_gpu_slots.py", "tests/test_gpu_slots_probes.py"]),
+    # outputs written atomically, bad input named (every job's files)
+    "io": ("src/fedrepro/io.py", ["tests/test_disk_faults.py", "tests/test_data_faults.py", "tests/test_io_atomic.py"]),
     # what every paper's table rests on: the clients' data (the partitions the papers state) and ROUGE
     "data.partition": ("src/fedrepro/data/partition.py",
                        ["tests/test_partition.py", "tests/test_data_layer.py", "tests/test_fedsumm_split.py",
