@@ -103,6 +103,10 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     "gpu_slots": ("src/fedrepro/gpu_slots.py", ["tests/test_gpu_slots.py", "tests/test_gpu_slots_probes.py"]),
     # outputs written atomically, bad input named (every job's files)
     "io": ("src/fedrepro/io.py", ["tests/test_disk_faults.py", "tests/test_data_faults.py", "tests/test_io_atomic.py"]),
+    # round and client checkpoints: resume, byte identity, writes off the critical path
+    "fl.checkpoint": ("src/fedrepro/fl/checkpoint.py",
+                      ["tests/test_round_writes.py", "tests/test_client_writes.py", "tests/test_disk_faults.py",
+                       "tests/test_checkpoint_files.py"]),
     # what every paper's table rests on: the clients' data (the partitions the papers state) and ROUGE
     "data.partition": ("src/fedrepro/data/partition.py",
                        ["tests/test_partition.py", "tests/test_data_layer.py", "tests/test_fedsumm_split.py",
