@@ -143,11 +143,15 @@ def test_start_time_survives_a_process_name_with_parentheses_and_spaces(tmp_path
 
     child = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
-        "open('/proc/self/comm', 'w').write('a) b) c')\n"
-        "print('ready', flush=True)\n"
+        "try:\n"
+        "    open('/proc/self/comm', 'w').write('a) b) c')\n"
+        "    print('ready', flush=True)\n"
+        "except OSError:\n"
+        "    print('no comm', flush=True)\n"
         "time.sleep(30)\n")], stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout.readline().strip() == "ready"
+        if child.stdout.readline().strip() != "ready":
+            pytest.skip("this system does not let a process rename itself (/proc/self/comm)")
         assert "(a) b) c)" in Path(f"/proc/{child.pid}/stat").read_text()
         parent = float(gs._start_time(os.getpid()))
         mine = float(gs._start_time(child.pid))
