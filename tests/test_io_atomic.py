@@ -47,8 +47,8 @@ def test_text_outputs_are_utf8_under_a_c_locale(tmp_path):
     code = (
         "import locale, sys\n"
         "from fedrepro import io as fio\n"
-        "assert locale.getpreferredencoding(False).lower() in ('ansi_x3.4-1968', 'ascii', 'us-ascii'), "
-        "locale.getpreferredencoding(False)\n"
+        "if locale.getpreferredencoding(False).lower() not in ('ansi_x3.4-1968', 'ascii', 'us-ascii'):\n"
+        "    sys.exit(3)\n"
         "d = sys.argv[1]\n"
         "fio.write_json_atomic(d + '/a.json', {'a': '\\u00e9'})\n"  # é, 中, ℃ (an ASCII command line)
         "fio.write_jsonl_atomic(d + '/a.jsonl', [{'a': '\\u4e2d'}])\n"
@@ -57,6 +57,8 @@ def test_text_outputs_are_utf8_under_a_c_locale(tmp_path):
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
                           cwd=Path.cwd(), timeout=120)
+    if done.returncode == 3:
+        pytest.skip("LC_ALL=C does not give an ASCII locale encoding on this system")
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "a.json").read_bytes() == '{\n  "a": "é"\n}\n'.encode("utf-8")
     assert (tmp_path / "a.jsonl").read_bytes() == '{"a": "中"}\n'.encode("utf-8")
