@@ -112,6 +112,14 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
                        ["tests/test_partition.py", "tests/test_data_layer.py", "tests/test_fedsumm_split.py",
                         "tests/test_fedsum_selection.py", "tests/test_fedsum_redraw_feasibility.py",
                         "tests/test_partition_pinned.py"]),
+    # the rehearsal report's checks: what turns a cell's measured round log into ok / warn / failed
+    # (a FedSUMM modulation 60x too strong once passed with no status flagging it), its GPU-hours
+    "rehearsal.report": ("src/fedrepro/rehearsal/report.py",
+                         ["tests/test_rehearsal_checks.py", "tests/test_rehearsal_report_rules.py"]
+                         + [f"tests/test_rehearsal.py::test_{name}" for name in (
+                             "report_measures_and_projects", "report_takes_a_pooled_trainer_s_batch_from_its_round_log",
+                             "report_gives_flops_and_mfu_from_the_counted_step_and_the_gpu", "report_names_the_failure",
+                             "report_says_which_papers_ran_fp32_and_why")]),
     "metrics.rouge": ("src/fedrepro/metrics/rouge.py",
                       ["tests/test_fedsum_rouge.py", "tests/test_reporting.py", "tests/test_rouge_rules.py"]
                       + [f"tests/test_fedsumm.py::test_{name}" for name in (
@@ -125,6 +133,14 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
 # The other functions of the file stay "not checked" and outside the score.
 FUNCTIONS: dict[str, list[str]] = {
     "rehearsal.plan": ["resolve_precision", "_apply_precision"],
+    # what decides a cell's status, row, projection and the summary; not the Markdown rendering
+    # (render_md, _render_checks, _check_cell, _fmt, _mfu_text, precision_text) nor machine()
+    "rehearsal.report": ["_read_benchmark", "_failure_reason", "_train_sizes", "_epochs", "measure_cell",
+                         "_result", "_is_number", "_finite", "_is_loss_key", "_loss_leaves",
+                         "check_finite_losses", "_method_base", "adaptive_step_bound", "_nova",
+                         "expected_server_step", "_judge_step", "check_server_step", "check_fedsumm_rho",
+                         "backbone_weights", "check_kd_share", "check_payload", "run_checks", "read_round_log",
+                         "_match", "table_hours", "summary_lines", "build", "main"],
     "precision": ["native_bf16", "_cpu_native_bf16", "cuda_capabilities", "Precision.emulation_warning"],
     # the checkpoint bookkeeping; the background writer's own mutants deadlock its thread until
     # mutmut's limit (each a timeout of minutes): the writer is tested directly (test_client_writes,
