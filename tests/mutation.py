@@ -112,6 +112,11 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
                        ["tests/test_partition.py", "tests/test_data_layer.py", "tests/test_fedsumm_split.py",
                         "tests/test_fedsum_selection.py", "tests/test_fedsum_redraw_feasibility.py",
                         "tests/test_partition_pinned.py"]),
+    # the server's round bookkeeping every paper's strategy inherits: the server-step figures the
+    # report judges, the round log's per-client entries and bytes, the partial-participation draw,
+    # the wave spool (FUNCTIONS)
+    "fl.strategy": ("src/fedrepro/fl/strategy.py",
+                    ["tests/test_rehearsal_checks.py", "tests/test_fl_tensors.py", "tests/test_strategy_round_log.py"]),
     # the rehearsal report's checks: what turns a cell's measured round log into ok / warn / failed
     # (a FedSUMM modulation 60x too strong once passed with no status flagging it), its GPU-hours
     "rehearsal.report": ("src/fedrepro/rehearsal/report.py",
@@ -133,6 +138,13 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
 # The other functions of the file stay "not checked" and outside the score.
 FUNCTIONS: dict[str, list[str]] = {
     "rehearsal.plan": ["resolve_precision", "_apply_precision"],
+    "fl.strategy": ["is_measurement", "_flat", "_sq", "_fsum", "_quotient", "_device_tensor",
+                    "_add_tensor_numpy", "_add_tensor_torch", "server_step", "payload_bytes", "_npy_view",
+                    "metric_record", "SortedCheckpointFedAvg.sample_partitions",
+                    "SortedCheckpointFedAvg.missing_replies", "SortedCheckpointFedAvg.configure_train",
+                    "SortedCheckpointFedAvg.spool_reply", "SortedCheckpointFedAvg.spooled_arrays",
+                    "SortedCheckpointFedAvg.server_step_note", "SortedCheckpointFedAvg.server_step_inputs",
+                    "SortedCheckpointFedAvg.server_step", "SortedCheckpointFedAvg.aggregate_train"],
     # what decides a cell's status, row, projection and the summary; not the Markdown rendering
     # (render_md, _render_checks, _check_cell, _fmt, _mfu_text, precision_text) nor machine()
     "rehearsal.report": ["_read_benchmark", "_failure_reason", "_train_sizes", "_epochs", "measure_cell",
