@@ -427,6 +427,10 @@ def test_metric_record_sends_the_numbers_with_flower_s_keys():
     assert isinstance(rec["num-examples"], int) and isinstance(rec["train-loss"], float)
     assert isinstance(rec["partition-id"], int)
     assert dict(metric_record({"num_examples": 0}, np.int64(2))) == {"partition-id": 2, "num-examples": 0}
+    # NumPy scalars are sent as the numbers they hold (np.float32 is no Python float); np.bool_ is no metric
+    numpy = metric_record({"num_examples": np.int64(5), "loss": np.float32(0.25), "flag": np.bool_(True)}, 0)
+    assert dict(numpy) == {"partition-id": 0, "num-examples": 5, "loss": 0.25}
+    assert type(numpy["num-examples"]) is int and type(numpy["loss"]) is float
     with pytest.raises(ValueError, match="num_examples"):
         metric_record({"train_loss": 1.0}, 0)
 

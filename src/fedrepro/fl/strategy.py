@@ -697,11 +697,15 @@ def peak_rss_mb() -> float:
 def metric_record(stats: dict, partition_id: int) -> MetricRecord:
     """A client's round statistics as a Flower MetricRecord (keys ``a_b`` -> ``a-b``).
 
-    Every int/float entry of ``stats`` is sent; ``num_examples`` is required (FedAvg's weight)."""
+    Every int/float entry of ``stats`` is sent, NumPy scalars as the Python numbers they hold (a
+    ``np.float32`` loss was dropped without a word before); booleans, strings and sequences are not
+    metrics.  ``num_examples`` is required (FedAvg's weight)."""
     if "num_examples" not in stats:
         raise ValueError("client statistics must include num_examples (FedAvg weights)")
     out = {"partition-id": int(partition_id)}
     for key, value in stats.items():
+        if isinstance(value, (np.integer, np.floating)):
+            value = value.item()
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         out[key.replace("_", "-")] = value if isinstance(value, int) else float(value)
