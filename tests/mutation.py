@@ -117,6 +117,10 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     # the wave spool (FUNCTIONS)
     "fl.strategy": ("src/fedrepro/fl/strategy.py",
                     ["tests/test_rehearsal_checks.py", "tests/test_fl_tensors.py", "tests/test_strategy_round_log.py"]),
+    # the ClientApp every client runs: its partition and folder, the absolute round, the records a
+    # task gets and sends, failures and time limits named
+    "fl.client_app": ("src/fedrepro/fl/client_app.py",
+                      ["tests/test_cancellation.py", "tests/test_client_app_messages.py"]),
     # the rehearsal report's checks: what turns a cell's measured round log into ok / warn / failed
     # (a FedSUMM modulation 60x too strong once passed with no status flagging it), its GPU-hours
     "rehearsal.report": ("src/fedrepro/rehearsal/report.py",
