@@ -121,6 +121,9 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     # task gets and sends, failures and time limits named
     "fl.client_app": ("src/fedrepro/fl/client_app.py",
                       ["tests/test_cancellation.py", "tests/test_client_app_messages.py"]),
+    # where a cell computes, and the step timer behind every step time, FLOP count and MFU
+    "devices": ("src/fedrepro/devices.py",
+                ["tests/test_devices.py", "tests/test_flops.py", "tests/test_step_timer.py"]),
     # the rehearsal report's checks: what turns a cell's measured round log into ok / warn / failed
     # (a FedSUMM modulation 60x too strong once passed with no status flagging it), its GPU-hours
     "rehearsal.report": ("src/fedrepro/rehearsal/report.py",
