@@ -305,7 +305,7 @@ def test_server_step_edges():
     assert empty == {"tensors": 1, "skipped_tensors": 0, "entries": 0}
 
 
-def test_the_strategy_s_server_step_and_its_notes(tmp_path):
+def test_the_strategy_s_server_step_and_its_notes(tmp_path, monkeypatch):
     s = _strategy(tmp_path)
     new = _arrays(NEW)
     assert s.server_step(new, []) == {"tensors": 0, "note": "no broadcast recorded"}
@@ -320,18 +320,14 @@ def test_the_strategy_s_server_step_and_its_notes(tmp_path):
     assert s.server_step(new, replies) == {
         "tensors": 0, "note": "clients start from their own models (a per-client downlink replaces the broadcast): "
                               "no common w_t to compare with"}
-    s.check_device = torch.device("cpu", 0)  # the strategy computes where its cell's device is
-    s._own_start = False
+    # the check computes where the strategy's check_device is (the cell's GPU)
     seen = []
     real = fl_strategy.server_step
-    s2 = _strategy(tmp_path / "d", check_device="cpu:0")
-    msgs = s2.configure_train(1, _arrays(REF), ConfigRecord({}), None)
-    replies = [_reply(msgs[i], c, i, n) for i, (c, n) in enumerate(zip(CLIENTS, (3, 1)))]
-    try:
-        fl_strategy.server_step = lambda *a, device=None: seen.append(device) or real(*a, device=device)
-        s2.server_step(new, replies)
-    finally:
-        fl_strategy.server_step = real
+    monkeypatch.setattr(fl_strategy, "server_step",
+                        lambda *a, device=None: seen.append(device) or real(*a, device=device))
+    on_device = _strategy(tmp_path / "d", check_device="cpu:0")
+    msgs = on_device.configure_train(1, _arrays(REF), ConfigRecord({}), None)
+    on_device.server_step(new, [_reply(msgs[i], c, i, n) for i, (c, n) in enumerate(zip(CLIENTS, (3, 1)))])
     assert seen == ["cpu:0"]
 
 
