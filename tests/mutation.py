@@ -121,6 +121,8 @@ SCOPE: dict[str, tuple[str, list[str]]] = {
     # task gets and sends, failures and time limits named
     "fl.client_app": ("src/fedrepro/fl/client_app.py",
                       ["tests/test_cancellation.py", "tests/test_client_app_messages.py"]),
+    # the in-process engine's Grid: nodes, message ids, error replies, the round's deadline
+    "fl.engine": ("src/fedrepro/fl/engine.py", ["tests/test_inprocess_grid.py"]),
     # where a cell computes, and the step timer behind every step time, FLOP count and MFU
     "devices": ("src/fedrepro/devices.py",
                 ["tests/test_devices.py", "tests/test_flops.py", "tests/test_step_timer.py"]),
