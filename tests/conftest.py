@@ -11,6 +11,17 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture
+def task_identity(monkeypatch):
+    """Flower messages built outside a Flower run take the run id of a ServerApp process: run 1,
+    node 0, task 0 (as a SuperLink sets them), restored after the test."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+
+
+@pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"real data samples not present at {SHARED_DATA} (only on the project's dev machines)")

@@ -29,7 +29,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 import helpers
 from fedrepro.fl.algorithms import fednova_aggregate, fedprox_proximal_term
@@ -226,12 +225,6 @@ def test_local_update_passes_proximal_to_through_every_step():
 # =============================================================================================
 # 3. AdaFedOPT (Flower's FedAdam / FedYogi) and the other strategies
 # =============================================================================================
-@pytest.fixture
-def task_identity(monkeypatch):
-    # Flower messages take the run id of the ServerApp process
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
 
 
 def _strategy_kwargs(tmp_path: Path, round_offset: int = 0) -> dict:

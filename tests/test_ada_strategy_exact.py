@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_ada_methods import X0, _configure, _strategy_kwargs, task_identity  # noqa: F401 (fixture)
+from test_ada_methods import X0, _configure, _strategy_kwargs
 
 from fedrepro.fl.algorithms import fednova_aggregate
 from fedrepro.io import InputError

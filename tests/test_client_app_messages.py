@@ -17,16 +17,13 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedrepro.fl import checkpoint, client_app
 
 
 @pytest.fixture(autouse=True)
-def _flower_run(monkeypatch):
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+def _flower_run(monkeypatch, task_identity):
+    """Flower messages outside a run (conftest.py), no failpoints from the caller's environment."""
     monkeypatch.delenv("FEDREPRO_FAILPOINTS", raising=False)
 
 

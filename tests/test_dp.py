@@ -14,7 +14,6 @@ import torch
 from dp_accounting.rdp import RdpAccountant
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedrepro.fl.dp import (
     METRIC_KEYS,
@@ -113,13 +112,6 @@ class _Grid:
     def get_node_ids(self):
         return [1, 2, 3]
 
-
-@pytest.fixture
-def task_identity(monkeypatch):
-    # instruction Messages take the run id of the ServerApp process
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
 
 
 def _round(strategy, current: dict, client_arrays: list[dict], server_round: int = 1):

@@ -20,7 +20,6 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedrepro.data.seq2seq import derive_seed
 from fedrepro.fl.dp import (
@@ -276,12 +275,6 @@ class _Grid:
     def get_node_ids(self):
         return [1, 2, 3]
 
-
-@pytest.fixture
-def task_identity(monkeypatch):
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
 
 
 class Inner(FedAvg):

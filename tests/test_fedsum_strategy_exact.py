@@ -22,9 +22,7 @@ from fedrepro.fl.checkpoint import checkpoint_paths
 from fedrepro.io import InputError
 from fedrepro.papers.fedsum import strategy as fss
 from fedrepro.papers.fedsum import task as fedsum_task
-from test_step_fedsum import (  # noqa: F401 (fixture)
-    FEDAVG, N, X, Y, _t, close, configure, make_cell, replies, server, task_identity,
-)
+from test_step_fedsum import FEDAVG, X, Y, _t, close, configure, make_cell, replies, server
 
 BYTES = 5 * 4  # X/Y: 5 float32 entries
 

@@ -28,9 +28,8 @@ from fedrepro.fl.privacy import DPSettings, epsilon_per_round
 from fedrepro.io import InputError
 from fedrepro.papers.fedsumm import strategy as fs
 from fedrepro.papers.fedsumm import task
-from test_step_fedsumm import (  # noqa: F401 (fixture)
+from test_step_fedsumm import (
     ALGORITHM, LOSSES, SERVER_EPS, SIZES, UPDATES, W0, _arrays, _close, _flat, _hand_server,
-    task_identity,
 )
 
 NODES = {0: 11, 1: 12, 2: 13}

@@ -17,11 +17,7 @@ from fedrepro import cancellation
 from fedrepro.fl.engine import InProcessGrid, server_identity
 
 
-@pytest.fixture(autouse=True)
-def _flower_run(monkeypatch):
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+pytestmark = pytest.mark.usefixtures("task_identity")  # Flower messages outside a run (conftest.py)
 
 
 def _echo(seen=None, slow=None):

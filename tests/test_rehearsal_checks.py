@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedrepro.fl import strategy as fl_strategy
 from fedrepro.fl.checkpoint import checkpoint_paths
@@ -24,12 +23,7 @@ from fedrepro.rehearsal import plan, report
 
 
 # -- the strategy's server_step ---------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def _flower_run(monkeypatch):
-    """Messages built outside a Flower run need a run identity (as in test_ada_methods)."""
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+pytestmark = pytest.mark.usefixtures("task_identity")  # Flower messages outside a run (conftest.py)
 
 
 def _arrays(d: dict) -> ArrayRecord:

@@ -54,7 +54,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 from transformers import BartConfig, BartForConditionalGeneration
 
 from fedrepro.data.seq2seq import derive_seed, iterate_batches
@@ -295,12 +294,6 @@ def test_the_step_tests_see_the_kd_terms():
 # =============================================================================================
 # 2. what the client sends
 # =============================================================================================
-@pytest.fixture
-def task_identity(monkeypatch):
-    # Flower messages take the run id of the ServerApp process (as tests/test_ada_methods.py)
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
 
 
 FEDERATED = [m for m, s in METHODS.items() if s.federated]

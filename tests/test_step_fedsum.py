@@ -41,7 +41,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 from transformers import BertConfig, BertModel
 
 from fedrepro.io import InputError
@@ -637,12 +636,6 @@ FEDAVG = {
 def _t(d: dict) -> OrderedDict:
     return OrderedDict((k, torch.tensor(v, dtype=torch.float32)) for k, v in d.items())
 
-
-@pytest.fixture
-def task_identity(monkeypatch):
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
 
 
 def server(cls, tmp_path, method: str, clients=("a", "b", "c"), **strategy_kw):

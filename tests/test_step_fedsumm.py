@@ -34,7 +34,6 @@ from pathlib import Path
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from fedrepro.data.seq2seq import derive_seed
@@ -439,13 +438,6 @@ def _hand_server(rounds: int) -> tuple[list[dict], list[dict]]:
         rhos.append(rho)
     return ws, rhos
 
-
-@pytest.fixture
-def task_identity(monkeypatch):
-    # Flower messages take the run id of the ServerApp process
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
 
 
 def _strategy(regime: str, tmp: Path) -> FedSummStrategy:

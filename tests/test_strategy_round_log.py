@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedrepro.fl import strategy as fl_strategy
 from fedrepro.fl.checkpoint import checkpoint_paths, load_state, timing_path
@@ -29,12 +28,7 @@ from fedrepro.fl.strategy import SortedCheckpointFedAvg, metric_record, server_s
 from fedrepro.io import InputError, read_json
 
 
-@pytest.fixture(autouse=True)
-def _flower_run(monkeypatch):
-    """Messages built outside a Flower run need a run identity (as in test_rehearsal_checks)."""
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+pytestmark = pytest.mark.usefixtures("task_identity")  # Flower messages outside a run (conftest.py)
 
 
 def _arrays(d: dict, dtype=np.float32) -> ArrayRecord:
