@@ -31,12 +31,13 @@ Reduction (``rehearsal_settings``; every other value stays the paper's):
   keeps the paper's where the machine computes bfloat16 natively
   (:func:`fedrepro.precision.native_bf16`: visible GPUs of compute capability >= 8.0, or a CPU
   with AVX512-BF16/AMX) and runs fp32 where bf16 autocast is emulated -- 13x fp32's step on an
-  AVX2-only CPU, hours instead of minutes for AdaFedSelecKD's and FedMCP's cells.  The bf16 code paths themselves are tested on
-  every CPU by ``make test`` (CPU autocast).  ``auto`` decides once, in the Snakemake process, and
-  pins the answer in ``FEDREPRO_REHEARSAL_PRECISION`` (``paper`` | ``fp32``) for every process
-  started under it, so a job that re-reads the workflow decides as its parent did; a value set
-  beforehand wins (set it to ``paper`` on a cluster whose submitting node has no GPU, or use
-  ``precision: paper``).  The plan (``plan.json``) and the report say which cells ran fp32 and why.
+  AVX2-only CPU, hours instead of minutes for AdaFedSelecKD's and FedMCP's cells.  The bf16 code
+  paths themselves are tested on every CPU by ``make test`` (CPU autocast).  ``auto`` decides
+  once, in the Snakemake process, and pins the answer in ``FEDREPRO_REHEARSAL_PRECISION``
+  (``paper`` | ``fp32``) for every process started under it, so a job that re-reads the workflow
+  decides as its parent did; a value set beforehand wins (set it to ``paper`` on a cluster whose
+  submitting node has no GPU, or use ``precision: paper``).  The plan (``plan.json``) and the
+  report say which cells ran fp32 and why.
 
 Coverage (``coverage``): ``cover`` runs every method, every backbone and every kind of setting at
 least once -- AdaFedSelecKD: the five methods on the first backbone (AdaSingle on its first client)
